@@ -1,0 +1,6 @@
+"""Basic arithmetic operations."""
+
+
+def add(a, b):
+    """Return the sum of a and b."""
+    return a - b

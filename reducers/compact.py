@@ -1,0 +1,409 @@
+"""Markers to the compact public results, with the reference's schema and field names.
+
+Pure and deterministic: the same markers give byte-identical outputs, so
+``--reduce`` reproduces what ``--execute`` wrote. Two stages, as in the reference:
+markers -> ``benchmark_run_v0`` + ``benchmark_result_v0``; those two compact
+documents -> ``real-result.public.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from reducers.models import Marker, Phase
+from runner.errors import CompactInputError
+
+BENCHMARK_ID = "agentissue-bench"
+SOURCE_RUNNER = "agentissue_runner"
+REAL_RESULT_SCHEMA = "agentissue_bench_codex_cli_runner_real_result_reducer_v0"
+SCORE_KIND = "agentissue_bench_single_tag_container_eval"
+TRACE_PUBLICNESS = "compact_public_no_issue_text_no_patch_no_logs"
+EVIDENCE_FILES = ["real-result.public.json", "benchmark_run.compact.json", "benchmark_result.compact.json"]
+
+LABEL_RESOLVED = "resolved_single_tag_eval"
+LABEL_APPLY_FAILED = "unresolved_patch_apply_failed_compact_result"
+LABEL_UNRESOLVED = "unresolved_single_tag_eval_compact_result"
+LABEL_EVAL_TIMEOUT = "unresolved_eval_timeout"
+LABEL_INCOMPLETE = "incomplete_run_no_failed_phase"
+
+# Phases whose durations are reported; reduce itself is excluded so reruns are identical.
+TIMED_PHASES = tuple(p for p in Phase if p is not Phase.REDUCE)
+# Private logs whose sha256 the phases record, by public name.
+LOG_HASH_FIELDS = {
+    "codex_stdout": (Phase.CODEX, "stdout_sha256"),
+    "codex_stderr": (Phase.CODEX, "stderr_sha256"),
+    "eval_apply": (Phase.EVALUATE, "apply_log_sha256"),
+    "eval_test": (Phase.EVALUATE, "test_log_sha256"),
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OfficialScore(_Frozen):
+    kind: str = SCORE_KIND
+    value: int
+    resolved: bool
+
+
+class Progress(_Frozen):
+    n_total_trials: int = 1
+    n_completed_trials: int
+    n_errored_trials: int
+    n_running_trials: int = 0
+    n_pending_trials: int
+    n_cancelled_trials: int = 0
+    n_retries: int = 0
+
+
+class Metrics(_Frozen):
+    input_tokens: int = 0
+    cache_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0
+
+
+class Trial(_Frozen):
+    task_id: str
+    trial_name: str
+    source: str = "selected_public_tag"
+    exception_type: str
+    trajectory_present: bool = False
+    artifact_manifest_present: bool = False
+    trial_result_present: bool
+
+
+class Validation(_Frozen):
+    selected_image_only: bool
+    single_tag_only: bool = True
+    buggy_source_extracted: bool
+    fixed_source_not_extracted_to_host: bool
+    host_codex_cli_invoked: bool
+    patch_exported_from_buggy_source_git_diff: bool
+    patch_applied_in_container: bool
+    patched_eval_exit_zero: bool
+    patched_eval_success_marker: bool
+    verdict_from_exit_codes: bool = True
+    no_upload: bool = True
+    no_submit: bool = True
+    no_public_ranking_path: bool = True
+    raw_logs_public: bool = False
+    patch_content_public: bool = False
+    credential_values_recorded: bool = False
+    codex_auth_synced_to_container_or_remote: bool = False
+
+
+class Evaluation(_Frozen):
+    ran: bool
+    apply_exit_code: int | None
+    test_exit_code: int | None
+    timed_out: bool
+    exit_code_verdict: bool
+    string_verdict: bool | None
+    verdicts_disagree: bool
+    network: str | None
+
+
+class Codex(_Frozen):
+    invoked: bool
+    version: str | None
+    exit_code: int | None
+    timed_out: bool
+    last_message_present: bool
+
+
+class BenchmarkRun(_Frozen):
+    schema_version: str = "benchmark_run_v0"
+    source_runner: str = SOURCE_RUNNER
+    benchmark_id: str = BENCHMARK_ID
+    job_name: str
+    selected_tag: str
+    selected_image: str
+    image_id: str | None
+    image_digest: str | None
+    trace_publicness: str = TRACE_PUBLICNESS
+    real_run: bool = True
+    no_upload: bool = True
+    no_submit: bool = True
+    no_public_ranking_path: bool = True
+    submit_eligible: bool = False
+    leaderboard_evidence: bool = False
+    official_score_claim_allowed: bool = False
+    first_failed_phase: str | None
+    first_failure_reason: str | None
+    score_failure_attribution: str
+    failure_attribution_labels: list[str]
+    patch_sha256: str
+    patch_bytes: int
+    changed_file_count: int
+    added_file_count: int
+    hunk_count: int
+    binary_change_count: int
+    patched_exit_code: int | None
+    apply_exit_code: int | None
+    official_task_score: OfficialScore
+    evaluation: Evaluation
+    codex: Codex
+    phase_status: dict[str, str]
+    phase_durations_seconds: dict[str, float]
+    log_sha256: dict[str, str]
+    progress: Progress
+    metrics: Metrics
+    trials: list[Trial]
+    validation: Validation
+    evidence_files: list[str] = EVIDENCE_FILES
+
+
+class BenchmarkResult(_Frozen):
+    schema_version: str = "benchmark_result_v0"
+    benchmark_id: str = BENCHMARK_ID
+    task_id: str
+    selected_tag: str
+    terminal_state: str
+    trace_publicness: str = TRACE_PUBLICNESS
+    official_task_score: OfficialScore
+    first_failed_phase: str | None
+    failure_attribution_labels: list[str]
+    no_upload: bool = True
+    no_submit: bool = True
+    no_public_ranking_path: bool = True
+    patch_sha256: str
+    patch_bytes: int
+    changed_file_count: int
+    forbidden_access_count: int = 0
+
+
+def _detail(markers: dict[Phase, Marker], phase: Phase, key: str, default: Any = None) -> Any:
+    marker = markers.get(phase)
+    return marker.details.get(key, default) if marker else default
+
+
+def _ok(markers: dict[Phase, Marker], phase: Phase) -> bool:
+    marker = markers.get(phase)
+    return bool(marker and marker.ok)
+
+
+def _first_failure(markers: dict[Phase, Marker]) -> Marker | None:
+    for phase in TIMED_PHASES:
+        marker = markers.get(phase)
+        if marker is not None and not marker.ok:
+            return marker
+    return None
+
+
+def _failure_label(markers: dict[Phase, Marker], resolved: bool) -> str:
+    failed = _first_failure(markers)
+    if failed is not None:
+        return f"failed_{failed.phase.value}_{failed.reason}"
+    if resolved:
+        return LABEL_RESOLVED
+    if not _ok(markers, Phase.EVALUATE):
+        return LABEL_INCOMPLETE
+    if _detail(markers, Phase.EVALUATE, "timed_out", False):
+        return LABEL_EVAL_TIMEOUT
+    if _detail(markers, Phase.EVALUATE, "apply_exit_code") != 0:
+        return LABEL_APPLY_FAILED
+    return LABEL_UNRESOLVED
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Markers to (benchmark_run_v0, benchmark_result_v0) documents.
+
+    Raises:
+        CompactInputError: the prepare marker (which records tag and image) is missing.
+    """
+    if Phase.PREPARE not in markers:
+        raise CompactInputError("result-markers/prepare.json", "", "missing: the job root was never prepared")
+    tag = str(_detail(markers, Phase.PREPARE, "tag"))
+    image = str(_detail(markers, Phase.PREPARE, "image"))
+    evaluated = _ok(markers, Phase.EVALUATE)
+    apply_exit = _opt_int(_detail(markers, Phase.EVALUATE, "apply_exit_code"))
+    test_exit = _opt_int(_detail(markers, Phase.EVALUATE, "test_exit_code"))
+    resolved = evaluated and bool(_detail(markers, Phase.EVALUATE, "resolved", False))
+    string_verdict = _detail(markers, Phase.EVALUATE, "string_verdict")
+    label = _failure_label(markers, resolved)
+    failed = _first_failure(markers)
+    score = OfficialScore(value=1 if resolved else 0, resolved=resolved)
+    extract_image = _detail(markers, Phase.EXTRACT, "image_id")
+    eval_image = _detail(markers, Phase.EVALUATE, "image_id")
+    patch_bytes = _int(_detail(markers, Phase.PATCH, "patch_bytes"))
+
+    run = BenchmarkRun(
+        job_name=f"agentissue_{tag}_codex_cli_runner",
+        selected_tag=tag,
+        selected_image=image,
+        image_id=extract_image,
+        image_digest=_detail(markers, Phase.EXTRACT, "image_digest"),
+        first_failed_phase=failed.phase.value if failed else None,
+        first_failure_reason=failed.reason if failed else None,
+        score_failure_attribution=label,
+        failure_attribution_labels=[label],
+        patch_sha256=str(_detail(markers, Phase.PATCH, "patch_sha256", "missing")),
+        patch_bytes=patch_bytes,
+        changed_file_count=_int(_detail(markers, Phase.PATCH, "changed_file_count")),
+        added_file_count=_int(_detail(markers, Phase.PATCH, "added_file_count")),
+        hunk_count=_int(_detail(markers, Phase.PATCH, "hunk_count")),
+        binary_change_count=_int(_detail(markers, Phase.PATCH, "binary_change_count")),
+        patched_exit_code=test_exit,
+        apply_exit_code=apply_exit,
+        official_task_score=score,
+        evaluation=Evaluation(
+            ran=evaluated,
+            apply_exit_code=apply_exit,
+            test_exit_code=test_exit,
+            timed_out=bool(_detail(markers, Phase.EVALUATE, "timed_out", False)),
+            exit_code_verdict=resolved,
+            string_verdict=string_verdict if isinstance(string_verdict, bool) else None,
+            verdicts_disagree=bool(_detail(markers, Phase.EVALUATE, "verdicts_disagree", False)),
+            network=_detail(markers, Phase.EVALUATE, "network"),
+        ),
+        codex=Codex(
+            invoked=Phase.CODEX in markers,
+            version=_detail(markers, Phase.PRECHECK, "codex_version"),
+            exit_code=markers[Phase.CODEX].exit_code if Phase.CODEX in markers else None,
+            timed_out=bool(_detail(markers, Phase.CODEX, "timed_out", False)),
+            last_message_present=bool(_detail(markers, Phase.CODEX, "last_message_present", False)),
+        ),
+        phase_status={p.value: markers[p].status.value for p in TIMED_PHASES if p in markers},
+        phase_durations_seconds={p.value: markers[p].duration_seconds for p in TIMED_PHASES if p in markers},
+        log_sha256={
+            name: str(_detail(markers, phase, key))
+            for name, (phase, key) in LOG_HASH_FIELDS.items()
+            if _detail(markers, phase, key)
+        },
+        progress=Progress(
+            n_completed_trials=1 if evaluated else 0,
+            n_errored_trials=0 if resolved else 1,
+            n_pending_trials=0,
+        ),
+        metrics=Metrics(),
+        trials=[
+            Trial(
+                task_id=tag,
+                trial_name=tag,
+                exception_type="" if resolved else label,
+                trial_result_present=evaluated,
+            )
+        ],
+        validation=Validation(
+            selected_image_only=bool(extract_image) and extract_image == eval_image,
+            buggy_source_extracted=_ok(markers, Phase.EXTRACT),
+            fixed_source_not_extracted_to_host=_ok(markers, Phase.EXTRACT)
+            and _detail(markers, Phase.EXTRACT, "oracle_entries_extracted") == 0,
+            host_codex_cli_invoked=Phase.CODEX in markers,
+            patch_exported_from_buggy_source_git_diff=_ok(markers, Phase.PATCH) and patch_bytes > 0,
+            patch_applied_in_container=apply_exit == 0,
+            patched_eval_exit_zero=test_exit == 0,
+            patched_eval_success_marker=string_verdict is True,
+        ),
+    )
+    result = BenchmarkResult(
+        task_id=f"agentissue_bench_{tag}",
+        selected_tag=tag,
+        terminal_state="resolved" if resolved else ("evaluated_unresolved" if evaluated else "runner_failed"),
+        official_task_score=score,
+        first_failed_phase=run.first_failed_phase,
+        failure_attribution_labels=[label],
+        patch_sha256=run.patch_sha256,
+        patch_bytes=run.patch_bytes,
+        changed_file_count=run.changed_file_count,
+    )
+    return run.model_dump(mode="json"), result.model_dump(mode="json")
+
+
+def _read_back(document: str, model: type[BaseModel], payload: Any) -> Any:
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise CompactInputError(document, ".".join(str(p) for p in first["loc"]), first["msg"]) from e
+
+
+def reduce_real_result(run_doc: Any, result_doc: Any) -> dict[str, Any]:
+    """The two compact documents to ``real-result.public.json``.
+
+    Raises:
+        CompactInputError: a compact document is malformed or the two disagree.
+    """
+    run = _read_back("benchmark_run.compact.json", BenchmarkRun, run_doc)
+    result = _read_back("benchmark_result.compact.json", BenchmarkResult, result_doc)
+    if run.selected_tag != result.selected_tag:
+        raise CompactInputError("benchmark_result.compact.json", "selected_tag", "differs from benchmark_run")
+    if run.official_task_score != result.official_task_score:
+        raise CompactInputError(
+            "benchmark_result.compact.json", "official_task_score", "differs from benchmark_run"
+        )
+    if run.patch_sha256 != result.patch_sha256:
+        raise CompactInputError("benchmark_result.compact.json", "patch_sha256", "differs from benchmark_run")
+    checks = run.validation
+    return {
+        "schema_version": REAL_RESULT_SCHEMA,
+        "benchmark_id": BENCHMARK_ID,
+        "selected_tag": run.selected_tag,
+        "selected_image": run.selected_image,
+        "image_digest": run.image_digest,
+        "path_recorded": False,
+        "real_run_done": True,
+        "real_runner_invoked_by_reducer": False,
+        "real_codex_invoked_by_reducer": False,
+        "real_docker_invoked_by_reducer": False,
+        "input_files": {
+            "benchmark_run": {"relative_path": "benchmark_run.compact.json", "schema_version": run.schema_version, "read": True},
+            "benchmark_result": {"relative_path": "benchmark_result.compact.json", "schema_version": result.schema_version, "read": True},
+        },
+        "result_summary": {
+            "official_task_score": {
+                "kind": run.official_task_score.kind,
+                "value": run.official_task_score.value,
+                "passed": run.official_task_score.resolved,
+            },
+            "resolved": run.official_task_score.resolved,
+            "terminal_state": result.terminal_state,
+            "first_failed_phase": run.first_failed_phase,
+            "failure_attribution_labels": run.failure_attribution_labels,
+            "patch_sha256": run.patch_sha256,
+            "patch_bytes": run.patch_bytes,
+            "changed_file_count": run.changed_file_count,
+            "hunk_count": run.hunk_count,
+            "binary_change_count": run.binary_change_count,
+            "patched_exit_code": run.patched_exit_code,
+            "apply_exit_code": run.apply_exit_code,
+            "string_verdict": run.evaluation.string_verdict,
+            "verdicts_disagree": run.evaluation.verdicts_disagree,
+            "phase_durations_seconds": run.phase_durations_seconds,
+            "log_sha256": run.log_sha256,
+        },
+        "phase_checks": {
+            "selected_image_only": checks.selected_image_only,
+            "single_tag_only": checks.single_tag_only,
+            "buggy_source_extracted": checks.buggy_source_extracted,
+            "fixed_source_not_extracted_to_host": checks.fixed_source_not_extracted_to_host,
+            "host_codex_cli_invoked": checks.host_codex_cli_invoked,
+            "patch_exported_from_buggy_source_git_diff": checks.patch_exported_from_buggy_source_git_diff,
+            "patch_applied_in_container": checks.patch_applied_in_container,
+            "patched_eval_exit_zero": checks.patched_eval_exit_zero,
+            "patched_eval_success_marker": checks.patched_eval_success_marker,
+        },
+        "boundary": {
+            "no_upload": True,
+            "no_submit": True,
+            "no_public_ranking_path": True,
+            "codex_auth_synced": False,
+            "credential_values_recorded": False,
+            "raw_logs_public": False,
+            "patch_content_public": False,
+            "absolute_paths_public": False,
+        },
+        "public_outputs": EVIDENCE_FILES,
+    }

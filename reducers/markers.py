@@ -1,0 +1,51 @@
+"""Reading markers back, with errors that name the file and the field.
+
+Pure: reads only the marker files it is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from reducers.models import Marker, Phase
+from runner.errors import CompactInputError
+
+
+def _public_name(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def read_marker(path: Path, *, expected_phase: Phase | None = None) -> Marker:
+    """Parse one marker file.
+
+    Raises:
+        CompactInputError: the file is not JSON, a field is missing or wrong,
+            or it records another phase than its name says.
+    """
+    name = _public_name(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CompactInputError(name, "", f"not readable JSON ({type(e).__name__})") from e
+    try:
+        marker = Marker.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise CompactInputError(name, field, first["msg"]) from e
+    if expected_phase is not None and marker.phase is not expected_phase:
+        raise CompactInputError(name, "phase", f"records {marker.phase.value}, expected {expected_phase.value}")
+    return marker
+
+
+def read_markers(markers_dir: Path) -> dict[Phase, Marker]:
+    """Every phase marker present under ``markers_dir``, by phase."""
+    found: dict[Phase, Marker] = {}
+    for phase in Phase:
+        path = markers_dir / f"{phase.value}.json"
+        if path.exists():
+            found[phase] = read_marker(path, expected_phase=phase)
+    return found

@@ -1,0 +1,3 @@
+"""The runner: one AgentIssue-Bench task, end to end, on a trusted host."""
+
+__version__ = "0.1.0"

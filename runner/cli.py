@@ -1,0 +1,157 @@
+"""``python -m runner``: plan (no mode), ``--precheck``, ``--execute``, ``--reduce``.
+
+The report of each mode goes to stdout (JSON or markdown); structured logs go
+to stderr. Exit codes are ``runner.errors.ExitCode`` (and 130 on interrupt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from runner.context import new_run_id
+from runner.docker_utils import runner_labels
+from runner.errors import BadInputError, ExitCode, RunnerError
+from runner.jobroot import PUBLIC_FILES, JobRoot
+from runner.logs import configure_logging
+from runner.pipeline import INTERRUPTED_EXIT, execute
+from runner.phases.precheck import run_precheck
+from runner.phases.reduce import reduce_job
+from runner.plan import build_plan
+from runner.settings import OutputFormat, RunnerSettings, load_settings
+
+log = structlog.get_logger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m runner",
+        description="Run one AgentIssue-Bench task: extract, Codex, patch, evaluate, compact public results. "
+        "With no mode, print the plan and touch nothing.",
+        epilog="Exit codes: 0 completed (resolved or not) / healthy; 1 runner failure (a phase failed); "
+        "2 bad input; 3 bad environment (Docker, image or codex not usable); 130 interrupted.",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--precheck", action="store_true", help="health probe: check codex, Docker, image, layout")
+    mode.add_argument("--execute", action="store_true", help="the full run on --job-root")
+    mode.add_argument("--reduce", action="store_true", help="rebuild the compact outputs of --job-root from its markers")
+    parser.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
+    parser.add_argument("--tag", help="AgentIssue-Bench tag (env TAG; default lagent_239)")
+    parser.add_argument("--image", help="task image (env IMAGE; default alfin06/agentissue-bench:<tag>)")
+    parser.add_argument("--codex-bin", help="codex executable (env CODEX_BIN; default codex)")
+    parser.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
+    parser.add_argument("--codex-timeout", type=float, metavar="SECONDS", help="codex deadline (default 3600)")
+    parser.add_argument("--eval-timeout", type=float, metavar="SECONDS", help="apply+test deadline (default 300)")
+    parser.add_argument("--eval-network", choices=["none", "bridge", "host"], help="evaluation network (default bridge)")
+    parser.add_argument("--source-dir", help="buggy source in the image (env CONTAINER_BUGGY_SOURCE)")
+    parser.add_argument("--apply-cmd", help="apply command in the container (env PATCH_APPLY_SH)")
+    parser.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
+    parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
+    return parser
+
+
+def _render(report: dict[str, Any], output_format: OutputFormat) -> str:
+    if output_format is OutputFormat.JSON:
+        return json.dumps(report, indent=2, sort_keys=True)
+    lines = [f"# runner: {report.get('mode')}", ""]
+    for key, value in report.items():
+        if key == "mode":
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f"## {key}")
+            for item in value:
+                lines.append("- " + "; ".join(f"{k}: {v}" for k, v in item.items()))
+            lines.append("")
+        else:
+            lines.append(f"- **{key}**: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
+    return "\n".join(lines)
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM takes SIGINT's path, so every ``finally`` (container removal) runs."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _settings_from(args: argparse.Namespace) -> RunnerSettings:
+    flags = {
+        key: getattr(args, key)
+        for key in (
+            "job_root", "tag", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
+            "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format",
+        )
+    }
+    return load_settings(**flags)
+
+
+def _mode(args: argparse.Namespace, settings: RunnerSettings) -> str:
+    for name in ("precheck", "execute", "reduce"):
+        if getattr(args, name):
+            return name
+    return "precheck" if settings.precheck_only else "plan"
+
+
+def _precheck(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    report = run_precheck(settings, labels=runner_labels(job_id="precheck", run_id=new_run_id(), phase="precheck"))
+    code = ExitCode.COMPLETED if report.healthy else ExitCode.BAD_ENVIRONMENT
+    return {"mode": "precheck", "tag": settings.tag, "image": settings.resolved_image, **report.model_dump()}, code
+
+
+def _execute(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    outcome = execute(settings)
+    report = {
+        "mode": "execute",
+        "tag": settings.tag,
+        "exit_code": outcome.exit_code,
+        "resolved": outcome.resolved,
+        "terminal_state": outcome.terminal_state,
+        "first_failed_phase": outcome.first_failed_phase,
+        "failure_label": outcome.failure_label,
+        "message": outcome.message,
+        "public_files": list(PUBLIC_FILES),
+    }
+    return report, outcome.exit_code
+
+
+def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    if settings.job_root is None:
+        raise BadInputError("--reduce needs --job-root DIR (or JOB_ROOT)")
+    if not settings.job_root.is_dir():
+        raise BadInputError("--job-root does not exist")
+    result = reduce_job(JobRoot.at(settings.job_root, settings.tag))
+    report = {"mode": "reduce", "resolved": result.resolved, "terminal_state": result.terminal_state,
+              "first_failed_phase": result.first_failed_phase, "failure_label": result.failure_label,
+              "public_files": list(PUBLIC_FILES)}
+    return report, ExitCode.COMPLETED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging()
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    output_format = OutputFormat(args.output_format or "json")
+    try:
+        settings = _settings_from(args)
+        output_format = settings.output_format
+        mode = _mode(args, settings)
+        if mode == "plan":
+            report, code = build_plan(settings), ExitCode.COMPLETED
+        else:
+            report, code = {"precheck": _precheck, "execute": _execute, "reduce": _reduce}[mode](settings)
+    except RunnerError as e:
+        log.error("runner_refused", reason=e.reason, exit_code=int(e.exit_code))
+        print(f"runner: {e}", file=sys.stderr)
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        print("runner: interrupted; run the same command again to resume", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    print(_render(report, output_format))
+    if report.get("message"):
+        print(f"runner: {report['message']}", file=sys.stderr)
+    return int(code)

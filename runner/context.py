@@ -1,0 +1,66 @@
+"""What every phase is handed: settings, the job root, the run id, one Docker client."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import docker
+
+from reducers.models import Phase, Scalar
+from runner.docker_utils import connect, runner_labels
+from runner.jobroot import JobRoot
+from runner.settings import RunnerSettings
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def sha256_file(path: Path) -> str:
+    """Streamed, so a multi-GB log costs one buffer of memory."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class JobContext:
+    settings: RunnerSettings
+    job: JobRoot
+    run_id: str = field(default_factory=new_run_id)
+    _client: docker.DockerClient | None = field(default=None, repr=False)
+
+    def docker(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+    def labels(self, phase: Phase) -> dict[str, str]:
+        return runner_labels(job_id=self.job.job_id, run_id=self.run_id, phase=phase.value)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What a phase hands the pipeline: a reason code, an exit code, public-safe details."""
+
+    phase: ClassVar[Phase]
+    reason: str = "ok"
+    exit_code: int | None = None
+
+    def details(self) -> dict[str, Scalar]:
+        out: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            if name not in ("reason", "exit_code") and not name.startswith("_"):
+                out[name] = value
+        return out

@@ -1,0 +1,126 @@
+"""Every error the runner raises, under one root.
+
+Invariant: ``str(error)`` is public-safe (no absolute host path, no secret, no
+raw task text), so it can go straight into a report; each class carries the
+exit code the CLI returns for it and a short ``reason`` code for markers.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The documented exit codes of ``python -m runner``."""
+
+    COMPLETED = 0  # run completed (resolved or not), precheck healthy, plan/reduce done
+    RUNNER_FAILURE = 1  # a phase failed; the compact outputs name it
+    BAD_INPUT = 2  # flags, settings, tag, prompt or job root refused before any work
+    BAD_ENVIRONMENT = 3  # Docker, the image or codex is not usable; precheck unhealthy
+
+
+class RunnerError(Exception):
+    """Root of the runner's errors; ``reason`` is a short public code."""
+
+    exit_code: ExitCode = ExitCode.RUNNER_FAILURE
+    reason: str = "runner_error"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class BadInputError(RunnerError):
+    """Input the operator can fix: a flag, a setting, the prompt, the job root."""
+
+    exit_code = ExitCode.BAD_INPUT
+    reason = "bad_input"
+
+
+class EnvironmentNotReadyError(RunnerError):
+    """The host cannot run the job: Docker down, image absent, codex missing."""
+
+    exit_code = ExitCode.BAD_ENVIRONMENT
+    reason = "bad_environment"
+
+
+class DockerUnavailableError(EnvironmentNotReadyError):
+    reason = "docker_unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the Docker daemon does not answer ({detail}); start it or set DOCKER_HOST",
+        )
+
+
+class ImageMissingError(EnvironmentNotReadyError):
+    reason = "image_missing"
+
+    def __init__(self, image: str) -> None:
+        self.image = image
+        super().__init__(
+            f"image {image} is not present locally; build or load it, "
+            "or pass --allow-pull (ALLOW_DOCKER_PULL=1) to pull it",
+        )
+
+
+class CodexNotFoundError(EnvironmentNotReadyError):
+    reason = "codex_not_found"
+
+    def __init__(self, codex_bin: str) -> None:
+        super().__init__(
+            f"codex binary {codex_bin!r} was not found; install @openai/codex or pass --codex-bin",
+        )
+
+
+class PhaseError(RunnerError):
+    """A phase ran and failed; the pipeline records it and stops there."""
+
+    def __init__(
+        self,
+        phase: str,
+        reason: str,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        details: dict[str, object] | None = None,
+    ) -> None:
+        self.phase = phase
+        self.exit_code_observed = exit_code
+        self.details = details or {}
+        super().__init__(f"{phase}: {message}", reason=reason)
+
+
+class UnsafeArchiveError(PhaseError):
+    def __init__(self, entry: str, why: str) -> None:
+        self.entry = entry
+        super().__init__(
+            "extract",
+            "unsafe_archive_entry",
+            f"archive entry {entry!r} refused ({why}); the image's source tree is not safe to extract",
+        )
+
+
+class PublicSafetyError(RunnerError):
+    """A public file would carry something private; nothing is written."""
+
+    reason = "public_safety_violation"
+
+    def __init__(self, document: str, key_path: str, rule: str) -> None:
+        self.document = document
+        self.key_path = key_path
+        self.rule = rule
+        super().__init__(f"{document}: {key_path or '<root>'} refused by the public guard ({rule})")
+
+
+class CompactInputError(RunnerError):
+    """A marker or compact file cannot be read back; names the file and the field."""
+
+    exit_code = ExitCode.BAD_INPUT
+    reason = "bad_compact_input"
+
+    def __init__(self, file: str, field: str, problem: str) -> None:
+        self.file = file
+        self.field = field
+        super().__init__(f"{file}: {field or '<root>'}: {problem}")

@@ -1,0 +1,74 @@
+"""The job-root layout, in one place.
+
+Invariant: every path the runner writes is derived here, so the layout in the
+README, the plan mode and the code cannot drift apart. Public output names
+paths only relative to the job root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+PROMPT = "context/prompt.md"
+BUGGY_SOURCE = "buggy-source"
+MARKERS = "result-markers"
+LOGS = "logs"
+LAST_MESSAGE = "codex-last-message.txt"
+BENCHMARK_RUN = "benchmark_run.compact.json"
+BENCHMARK_RESULT = "benchmark_result.compact.json"
+REAL_RESULT = "real-result.public.json"
+PUBLIC_FILES = (BENCHMARK_RUN, BENCHMARK_RESULT, REAL_RESULT)
+# Text the reference's synthetic staging writes; a prompt still holding it was never replaced.
+SYNTHETIC_PROMPT_MARKER = "Prompt Placeholder"
+
+
+def patch_relpath(tag: str) -> str:
+    return f"Patches/{tag}/attempt.patch"
+
+
+@dataclass(frozen=True)
+class JobRoot:
+    root: Path
+    tag: str
+
+    @classmethod
+    def at(cls, root: Path, tag: str) -> JobRoot:
+        return cls(root=root.expanduser().resolve(), tag=tag)
+
+    @property
+    def job_id(self) -> str:
+        """Stable, path-free id for labels and logs: a hash, never the path itself."""
+        return hashlib.sha256(f"{self.root}\0{self.tag}".encode()).hexdigest()[:16]
+
+    @property
+    def prompt(self) -> Path:
+        return self.root / PROMPT
+
+    @property
+    def buggy_source(self) -> Path:
+        return self.root / BUGGY_SOURCE
+
+    @property
+    def markers(self) -> Path:
+        return self.root / MARKERS
+
+    @property
+    def logs(self) -> Path:
+        return self.root / LOGS
+
+    @property
+    def last_message(self) -> Path:
+        return self.root / LAST_MESSAGE
+
+    @property
+    def patch(self) -> Path:
+        return self.root / patch_relpath(self.tag)
+
+    def public(self, name: str) -> Path:
+        return self.root / name
+
+    def relative(self, path: Path) -> str:
+        """A path for public output: relative to the job root, never absolute."""
+        return path.relative_to(self.root).as_posix()

@@ -1,0 +1,138 @@
+"""codex: ``codex exec`` as a guarded subprocess in the buggy source.
+
+Invariants:
+- the prompt file's contents go on stdin (``-``), never its path as the prompt;
+- the agent is given only ``buggy-source/`` (``--cd``), never the job root;
+- the child's environment is an allowlist, and is never logged;
+- stdout and stderr go to private files under ``logs/``, never into memory;
+- the child runs in its own process group, and the whole group is killed at
+  the deadline, on interrupt, and after it exits (no stray grandchildren).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from reducers.models import Phase
+from runner.context import JobContext, PhaseResult, sha256_file
+from runner.errors import CodexNotFoundError, PhaseError
+from runner.phases.prepare import read_prompt
+
+log = structlog.get_logger(__name__)
+
+# What codex needs to run and authenticate; everything else of the host stays out.
+ENV_ALLOWLIST = frozenset(
+    {
+        "PATH", "HOME", "CODEX_HOME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME",
+        "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "CODEX_API_KEY",
+        "CODEX_ACCESS_TOKEN", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "HTTP_PROXY",
+        "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+    }
+)
+STDOUT_LOG = "codex.stdout.log"
+STDERR_LOG = "codex.stderr.log"
+
+
+@dataclass(frozen=True)
+class CodexResult(PhaseResult):
+    phase = Phase.CODEX
+    timed_out: bool = False
+    duration_seconds: float = 0.0
+    stdout_sha256: str = ""
+    stderr_sha256: str = ""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    last_message_present: bool = False
+
+
+def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
+
+
+def codex_argv(codex_path: str, buggy_source: Path, last_message: Path) -> list[str]:
+    return [
+        codex_path, "exec",
+        "--ephemeral",
+        "--ignore-rules",
+        "--sandbox", "workspace-write",
+        "--cd", str(buggy_source),
+        "--output-last-message", str(last_message),
+        "-",
+    ]
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def codex(ctx: JobContext) -> CodexResult:
+    """Raises: CodexNotFoundError; PhaseError on a non-zero exit or the deadline."""
+    settings, job = ctx.settings, ctx.job
+    prompt = read_prompt(ctx)
+    codex_path = shutil.which(settings.codex_bin)
+    if codex_path is None:
+        raise CodexNotFoundError(settings.codex_bin)
+    job.logs.mkdir(parents=True, exist_ok=True)
+    stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
+    job.last_message.unlink(missing_ok=True)
+    argv = codex_argv(codex_path, job.buggy_source, job.last_message)
+    started = time.monotonic()
+    timed_out = False
+    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            cwd=job.buggy_source,
+            env=child_environment(os.environ),
+            start_new_session=True,
+        )
+        log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout)
+        try:
+            try:
+                child.stdin.write(prompt)  # type: ignore[union-attr]
+                child.stdin.close()  # type: ignore[union-attr]
+            except BrokenPipeError:
+                pass  # codex exited without reading the prompt; its exit code tells why
+            try:
+                exit_code = child.wait(timeout=settings.codex_timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(child.pid)
+                exit_code = child.wait()
+        finally:
+            _kill_group(child.pid)  # grandchildren outlive their parent otherwise
+            if child.poll() is None:
+                child.wait()
+    result = CodexResult(
+        exit_code=exit_code,
+        reason="codex_timeout" if timed_out else ("ok" if exit_code == 0 else "codex_exit_nonzero"),
+        timed_out=timed_out,
+        duration_seconds=round(time.monotonic() - started, 3),
+        stdout_sha256=sha256_file(stdout_path),
+        stderr_sha256=sha256_file(stderr_path),
+        stdout_bytes=stdout_path.stat().st_size,
+        stderr_bytes=stderr_path.stat().st_size,
+        last_message_present=job.last_message.is_file(),
+    )
+    if result.reason != "ok":
+        message = (
+            f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group"
+            if timed_out
+            else f"codex exited with {exit_code}; see logs/{STDERR_LOG}"
+        )
+        raise PhaseError("codex", result.reason, message, exit_code=exit_code, details=result.details())
+    return result

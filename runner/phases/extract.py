@@ -1,0 +1,92 @@
+"""extract: the image's buggy source, and nothing else, into ``buggy-source/``.
+
+Invariants: the container is created and never started, and removed when done;
+the archive streams into the extractor chunk by chunk; only ``--source-dir`` is
+copied and its ``.git`` is left out, so no oracle reaches the agent; the tree
+lands in a scratch directory first and is renamed into place only when whole.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from docker.errors import NotFound
+
+from reducers.models import Phase
+from runner.context import JobContext, PhaseResult
+from runner.docker_utils import archive_stream, ensure_image, image_identity, managed_container
+from runner.errors import BadInputError, PhaseError
+from runner.jobroot import BUGGY_SOURCE
+from runner.safe_extract import extract_tree
+
+SCRATCH_PREFIX = ".buggy-source.partial"
+# Files an empty checked-in placeholder may hold; anything else means work is there.
+PLACEHOLDERS = frozenset({".gitkeep"})
+
+
+@dataclass(frozen=True)
+class ExtractResult(PhaseResult):
+    phase = Phase.EXTRACT
+    image_id: str = ""
+    image_digest: str | None = None
+    file_count: int = 0
+    directory_count: int = 0
+    symlink_count: int = 0
+    byte_count: int = 0
+    oracle_entries_skipped: int = 0
+    oracle_entries_extracted: int = 0
+
+
+def _refuse_occupied(target: Path) -> None:
+    if target.exists() and any(entry.name not in PLACEHOLDERS for entry in target.iterdir()):
+        raise BadInputError(
+            f"{BUGGY_SOURCE}/ is not empty but no extraction was recorded for it; "
+            "move it aside (nothing was overwritten) and run again"
+        )
+
+
+def extract(ctx: JobContext) -> ExtractResult:
+    """Raises: BadInputError, EnvironmentNotReadyError, PhaseError (source dir missing, empty tree)."""
+    settings, job = ctx.settings, ctx.job
+    target = job.buggy_source
+    _refuse_occupied(target)
+    client = ctx.docker()
+    image = ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull)
+    image_id, digest = image_identity(image)
+    for stale in job.root.glob(f"{SCRATCH_PREFIX}*"):
+        shutil.rmtree(stale)  # left by a run that died mid-extraction
+    scratch = job.root / f"{SCRATCH_PREFIX}-{ctx.run_id}"
+    try:
+        with managed_container(
+            client, image=image_id, labels=ctx.labels(Phase.EXTRACT), network_disabled=True
+        ) as container:
+            try:
+                stream = archive_stream(container, settings.source_dir)
+            except NotFound as e:
+                raise PhaseError(
+                    "extract",
+                    "source_dir_missing",
+                    "the image has no buggy-source directory at the configured path; check --source-dir",
+                ) from e
+            with stream:
+                stats = extract_tree(stream, scratch)
+        if stats.files == 0:
+            raise PhaseError("extract", "empty_source", "the image's buggy-source directory holds no files")
+        if target.exists():
+            shutil.rmtree(target)  # only placeholders, checked above
+        scratch.rename(target)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch)
+    return ExtractResult(
+        image_id=image_id,
+        image_digest=digest,
+        file_count=stats.files,
+        directory_count=stats.directories,
+        symlink_count=stats.symlinks,
+        byte_count=stats.bytes,
+        oracle_entries_skipped=stats.oracle_entries_skipped,
+        oracle_entries_extracted=int((target / ".git").exists()),
+    )

@@ -1,0 +1,50 @@
+"""prepare: check the operator's prompt, then lay out the private job root.
+
+Invariant: the prompt is checked before anything is created, so a refused run
+leaves the job root exactly as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from reducers.models import Phase
+from runner.context import JobContext, PhaseResult
+from runner.errors import BadInputError
+from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
+
+
+@dataclass(frozen=True)
+class PrepareResult(PhaseResult):
+    phase = Phase.PREPARE
+    tag: str = ""
+    image: str = ""
+    prompt_sha256: str = ""
+    prompt_bytes: int = 0
+
+
+def read_prompt(ctx: JobContext) -> bytes:
+    """The prompt's bytes, refused when missing, empty or still the synthetic placeholder."""
+    prompt = ctx.job.prompt
+    if not prompt.is_file():
+        raise BadInputError(f"the job root has no {PROMPT}; write the task prompt there first")
+    data = prompt.read_bytes()
+    if not data.strip():
+        raise BadInputError(f"{PROMPT} is empty; write the task prompt there first")
+    if SYNTHETIC_PROMPT_MARKER.encode() in data:
+        raise BadInputError(f"{PROMPT} is still the synthetic placeholder; replace it with the real prompt")
+    return data
+
+
+def prepare(ctx: JobContext) -> PrepareResult:
+    data = read_prompt(ctx)
+    job = ctx.job
+    for directory in (job.patch.parent, job.markers, job.logs):
+        directory.mkdir(parents=True, exist_ok=True)
+    return PrepareResult(
+        tag=ctx.settings.tag,
+        image=ctx.settings.resolved_image,
+        prompt_sha256=hashlib.sha256(data).hexdigest(),
+        prompt_bytes=len(data),
+    )

@@ -1,0 +1,174 @@
+"""The pipeline: the phases in order, a marker each, resume from ``ok`` markers, always reduce.
+
+Invariants:
+- a phase with an ``ok`` marker is skipped; the first failure stops the run and
+  is recorded in that phase's marker; reduce then runs whatever happened, so
+  every run that got past prepare ends with compact outputs naming the failure;
+- a refused prompt (prepare) writes nothing at all;
+- later phases take their inputs from earlier markers, which is what makes a
+  stopped run resumable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from docker.errors import DockerException
+from git import GitError
+from structlog.contextvars import bound_contextvars
+
+from reducers.models import Marker, Phase, Scalar
+from runner.context import JobContext, PhaseResult
+from runner.errors import BadInputError, ExitCode, PhaseError, RunnerError
+from runner.markers import PhaseClock, load_marker, write_marker
+from runner.phases.baseline import baseline
+from runner.phases.codex import codex
+from runner.phases.evaluate import evaluate
+from runner.phases.extract import extract
+from runner.phases.patch import export_patch
+from runner.phases.precheck import precheck
+from runner.phases.prepare import prepare
+from runner.phases.reduce import ReduceResult, reduce_job
+from runner.settings import RunnerSettings
+from runner.jobroot import JobRoot
+
+log = structlog.get_logger(__name__)
+
+INTERRUPTED_EXIT = 130
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    exit_code: int
+    resolved: bool
+    terminal_state: str
+    first_failed_phase: str | None
+    failure_label: str
+    message: str | None = None
+
+
+def _input(ctx: JobContext, phase: Phase, key: str) -> str:
+    marker = load_marker(ctx.job.markers, phase)
+    value = marker.details.get(key) if marker else None
+    if not isinstance(value, str) or not value:
+        raise PhaseError(phase.value, "missing_input", f"the {phase.value} marker lacks {key}; rerun that phase")
+    return value
+
+
+STEPS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
+    Phase.PREPARE: prepare,
+    Phase.PRECHECK: precheck,
+    Phase.EXTRACT: extract,
+    Phase.BASELINE: baseline,
+    Phase.CODEX: codex,
+    Phase.PATCH: lambda ctx: export_patch(ctx, _input(ctx, Phase.BASELINE, "baseline_commit")),
+    Phase.EVALUATE: lambda ctx: evaluate(ctx, _input(ctx, Phase.EXTRACT, "image_id")),
+}
+
+
+def _scalars(details: dict[str, object]) -> dict[str, Scalar]:
+    return {k: v for k, v in details.items() if v is None or isinstance(v, (str, int, float, bool))}
+
+
+def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
+    prepared = load_marker(job.markers, Phase.PREPARE)
+    if prepared is None:
+        return
+    for key, wanted in (("tag", settings.tag), ("image", settings.resolved_image)):
+        if prepared.details.get(key) != wanted:
+            raise BadInputError(
+                f"this job root was prepared for {key} {prepared.details.get(key)!r}, not {wanted!r}; "
+                "use another --job-root or the same settings"
+            )
+
+
+def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | None]:
+    """Run one phase and turn whatever happens into its marker."""
+    clock = PhaseClock(phase)
+    log.info("phase_started")
+    error: BaseException | None = None
+    try:
+        result = STEPS[phase](ctx)
+        marker = clock.marker(ok=True, reason=result.reason, exit_code=result.exit_code, details=result.details())
+    except PhaseError as e:
+        error = e
+        marker = clock.marker(ok=False, reason=e.reason, exit_code=e.exit_code_observed, details=_scalars(e.details))
+    except RunnerError as e:
+        error = e
+        marker = clock.marker(ok=False, reason=e.reason)
+    except KeyboardInterrupt as e:
+        error = e
+        marker = clock.marker(ok=False, reason="interrupted")
+    except DockerException as e:
+        error = RunnerError(f"{phase.value}: Docker failed ({type(e).__name__})", reason="docker_error")
+        marker = clock.marker(ok=False, reason="docker_error", details={"error_type": type(e).__name__})
+    except GitError as e:
+        error = RunnerError(f"{phase.value}: git failed ({type(e).__name__})", reason="git_error")
+        marker = clock.marker(ok=False, reason="git_error", details={"error_type": type(e).__name__})
+    except OSError as e:
+        error = RunnerError(f"{phase.value}: a file operation failed ({e.strerror or type(e).__name__})", reason="os_error")
+        marker = clock.marker(ok=False, reason="os_error", details={"error_type": type(e).__name__})
+    log.info("phase_finished", status=marker.status.value, reason=marker.reason, duration_seconds=marker.duration_seconds)
+    return marker, error
+
+
+def execute(settings: RunnerSettings) -> RunOutcome:
+    """The full run on ``settings.job_root``.
+
+    Raises:
+        BadInputError: the prompt is refused or the job root belongs to another task
+            (nothing is written then).
+    """
+    if settings.job_root is None:
+        raise BadInputError("--execute needs --job-root DIR (or JOB_ROOT)")
+    job = JobRoot.at(settings.job_root, settings.tag)
+    ctx = JobContext(settings=settings, job=job)
+    with bound_contextvars(run_id=ctx.run_id, job_id=job.job_id, tag=settings.tag):
+        _check_same_task(job, settings)
+        failure: BaseException | None = None
+        try:
+            for phase in STEPS:
+                with bound_contextvars(phase=phase.value):
+                    existing = load_marker(job.markers, phase) if job.markers.exists() else None
+                    if existing is not None and existing.ok:
+                        log.info("phase_skipped", reason="ok marker from an earlier run")
+                        continue
+                    marker, failure = _run_phase(ctx, phase)
+                    if phase is Phase.PREPARE and failure is not None:
+                        raise failure  # a refused prompt: nothing is written, not even a marker
+                    write_marker(job.markers, marker)
+                    if failure is not None:
+                        break
+        finally:
+            ctx.close()
+        with bound_contextvars(phase=Phase.REDUCE.value):
+            reduced = _reduce(job)
+    return _outcome(reduced, failure)
+
+
+def _reduce(job: JobRoot) -> ReduceResult:
+    clock = PhaseClock(Phase.REDUCE)
+    log.info("phase_started")
+    result = reduce_job(job)
+    write_marker(job.markers, clock.marker(ok=True, reason="ok", details=result.details()))
+    log.info("phase_finished", status="ok", resolved=result.resolved, failure_label=result.failure_label)
+    return result
+
+
+def _outcome(reduced: ReduceResult, failure: BaseException | None) -> RunOutcome:
+    if isinstance(failure, KeyboardInterrupt):
+        code, message = INTERRUPTED_EXIT, "interrupted; run the same command again to resume"
+    elif isinstance(failure, RunnerError):
+        code, message = int(failure.exit_code), str(failure)
+    else:
+        code, message = int(ExitCode.COMPLETED), None
+    return RunOutcome(
+        exit_code=code,
+        resolved=reduced.resolved,
+        terminal_state=reduced.terminal_state,
+        first_failed_phase=reduced.first_failed_phase,
+        failure_label=reduced.failure_label,
+        message=message,
+    )

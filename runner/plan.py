@@ -1,0 +1,70 @@
+"""The plan: what a run would do, in phase order, with argv shapes and relative paths.
+
+Pure: builds a dict from settings; touches no file, no container, no process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reducers.models import PHASE_ORDER, Phase
+from runner import jobroot
+from runner.phases.codex import codex_argv
+from runner.phases.evaluate import IDLE_ENTRYPOINT
+from runner.settings import PATCH_IN_CONTAINER, RunnerSettings
+
+_WHAT = {
+    Phase.PREPARE: "check context/prompt.md (present, non-empty, not the synthetic placeholder); lay out the job root",
+    Phase.PRECHECK: "codex --version; Docker daemon answers; image present (pulled only with --allow-pull); "
+    "layout probe in a throwaway container",
+    Phase.EXTRACT: "create (never start) a container; stream get_archive(source dir) into the safe extractor, "
+    "leaving .git out; remove the container",
+    Phase.BASELINE: "git init, local identity, add everything, one baseline commit (GitPython)",
+    Phase.CODEX: "codex exec with the prompt on stdin, in buggy-source only, allowlisted environment, "
+    "process-group deadline",
+    Phase.PATCH: "diff of the work tree (new files included) against the baseline, for patch -p1",
+    Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; "
+    "apply then test in the same container, exit codes from the daemon; remove",
+    Phase.REDUCE: "markers to the compact public JSON, each through the public guard",
+}
+
+
+def build_plan(settings: RunnerSettings) -> dict[str, Any]:
+    patch = jobroot.patch_relpath(settings.tag)
+    argv = {
+        Phase.CODEX: codex_argv(settings.codex_bin, jobroot.BUGGY_SOURCE, jobroot.LAST_MESSAGE),  # type: ignore[arg-type]
+        Phase.EXTRACT: ["containers.create", settings.resolved_image, "get_archive", settings.source_dir],
+        Phase.EVALUATE: [
+            ["containers.create", settings.resolved_image, "entrypoint", *IDLE_ENTRYPOINT],
+            ["put_archive", "/", PATCH_IN_CONTAINER],
+            ["exec", "bash", "-c", settings.apply_cmd],
+            ["exec", "bash", "-c", settings.test_cmd],
+        ],
+    }
+    return {
+        "mode": "plan",
+        "touches_nothing": True,
+        "tag": settings.tag,
+        "image": settings.resolved_image,
+        "eval_network": settings.eval_network.value,
+        "codex_timeout_seconds": settings.codex_timeout,
+        "eval_timeout_seconds": settings.eval_timeout,
+        "phases": [
+            {
+                "phase": phase.value,
+                "does": _WHAT[phase],
+                "marker": f"{jobroot.MARKERS}/{phase.value}.json",
+                **({"argv": argv[phase]} if phase in argv else {}),
+            }
+            for phase in PHASE_ORDER
+        ],
+        "job_root_layout": {
+            "prompt": jobroot.PROMPT,
+            "buggy_source": f"{jobroot.BUGGY_SOURCE}/",
+            "patch": patch,
+            "markers": f"{jobroot.MARKERS}/",
+            "logs": f"{jobroot.LOGS}/",
+            "codex_last_message": jobroot.LAST_MESSAGE,
+            "public": list(jobroot.PUBLIC_FILES),
+        },
+    }

@@ -1,0 +1,132 @@
+"""Settings: flags, then the reference script's environment variables, then defaults.
+
+Built once at the entry point and passed down; nothing reads the environment
+after that. Every value that ends up in a container name, a label, a path or a
+public file is validated here, so bad input is refused before any work.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runner.errors import BadInputError
+
+DEFAULT_TAG = "lagent_239"
+IMAGE_REPOSITORY = "alfin06/agentissue-bench"
+DEFAULT_SOURCE_DIR = "/app/source_code_buggy"
+DEFAULT_APPLY_CMD = "/usr/local/bin/run_test_entrypoint.sh apply_patch /patches/attempt.patch"
+DEFAULT_TEST_CMD = "/usr/local/bin/run_test_entrypoint.sh test_patched"
+PATCH_IN_CONTAINER = "/patches/attempt.patch"
+
+SAFE_LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
+# An image reference: registry/repo path, optional tag, optional digest. No spaces, no shell.
+SAFE_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]{0,200}(@sha256:[a-f0-9]{64})?", re.IGNORECASE)
+SAFE_CONTAINER_PATH = re.compile(r"/[A-Za-z0-9_.@+/-]{0,250}")
+
+
+class OutputFormat(str, Enum):
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
+class EvalNetwork(str, Enum):
+    NONE = "none"
+    BRIDGE = "bridge"
+    HOST = "host"
+
+
+def _env(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class RunnerSettings(BaseSettings):
+    """One task's settings. Flag values are passed as init kwargs and win over the environment."""
+
+    model_config = SettingsConfigDict(
+        case_sensitive=True, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    tag: str = Field(DEFAULT_TAG, validation_alias=_env("tag", "TAG"))
+    image: str | None = Field(None, validation_alias=_env("image", "IMAGE"))
+    codex_bin: str = Field("codex", validation_alias=_env("codex_bin", "CODEX_BIN"))
+    allow_pull: bool = Field(False, validation_alias=_env("allow_pull", "ALLOW_DOCKER_PULL"))
+    precheck_only: bool = Field(False, validation_alias=_env("precheck_only", "PRECHECK_ONLY"))
+    codex_timeout: float = Field(
+        3600.0, gt=0, validation_alias=_env("codex_timeout", "RUNNER_CODEX_TIMEOUT")
+    )
+    eval_timeout: float = Field(
+        300.0, gt=0, validation_alias=_env("eval_timeout", "RUNNER_EVAL_TIMEOUT")
+    )
+    eval_network: EvalNetwork = Field(
+        EvalNetwork.BRIDGE, validation_alias=_env("eval_network", "RUNNER_EVAL_NETWORK")
+    )
+    source_dir: str = Field(
+        DEFAULT_SOURCE_DIR, validation_alias=_env("source_dir", "CONTAINER_BUGGY_SOURCE")
+    )
+    apply_cmd: str = Field(DEFAULT_APPLY_CMD, validation_alias=_env("apply_cmd", "PATCH_APPLY_SH"))
+    test_cmd: str = Field(DEFAULT_TEST_CMD, validation_alias=_env("test_cmd", "PATCH_TEST_SH"))
+    output_format: OutputFormat = Field(
+        OutputFormat.JSON, validation_alias=_env("output_format", "RUNNER_FORMAT")
+    )
+    job_root: Path | None = Field(None, validation_alias=_env("job_root", "JOB_ROOT"))
+
+    @field_validator("tag")
+    @classmethod
+    def _tag_is_safe_label(cls, value: str) -> str:
+        if not SAFE_LABEL.fullmatch(value) or ".." in value:
+            raise ValueError("must be 1-120 characters of letters, digits, '_', '.', ':' or '-'")
+        return value
+
+    @field_validator("codex_bin")
+    @classmethod
+    def _codex_bin_is_plain(cls, value: str) -> str:
+        if not value or len(value) > 4096 or any(c in value for c in "\n\r\0"):
+            raise ValueError("must be a command name or a path")
+        return value
+
+    @field_validator("source_dir")
+    @classmethod
+    def _source_dir_is_container_path(cls, value: str) -> str:
+        if not SAFE_CONTAINER_PATH.fullmatch(value) or ".." in value.split("/") or value == "/":
+            raise ValueError("must be an absolute path inside the image, without '..' or spaces")
+        return value.rstrip("/")
+
+    @field_validator("apply_cmd", "test_cmd")
+    @classmethod
+    def _command_is_one_line(cls, value: str) -> str:
+        if not value.strip() or len(value) > 2000 or any(c in value for c in "\n\r\0"):
+            raise ValueError("must be one non-empty line of shell")
+        return value
+
+    @model_validator(mode="after")
+    def _image_is_safe(self) -> RunnerSettings:
+        image = self.resolved_image
+        if not SAFE_IMAGE.fullmatch(image) or ".." in image:
+            raise ValueError(f"image must be a plain image reference, got {image[:80]!r}")
+        return self
+
+    @property
+    def resolved_image(self) -> str:
+        return self.image or f"{IMAGE_REPOSITORY}:{self.tag}"
+
+
+def load_settings(**flags: object) -> RunnerSettings:
+    """Build settings from flags (``None`` means 'not given') over the environment.
+
+    Raises:
+        BadInputError: naming the setting (and its environment variable) that is wrong.
+    """
+    given = {key: value for key, value in flags.items() if value is not None}
+    try:
+        return RunnerSettings(**given)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            where = ".".join(str(part) for part in err["loc"]) or "settings"
+            problems.append(f"{where}: {err['msg']}")
+        raise BadInputError("invalid settings: " + "; ".join(problems)) from e
