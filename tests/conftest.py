@@ -1,0 +1,146 @@
+"""Shared fixtures: the fake codex, job roots, the Docker gate, the stub image, the leak check.
+
+One named skip condition for Docker (``DOCKER_UNAVAILABLE``): without an
+engine the ``docker`` tests skip with that reason, except under ``CI=true``,
+where they fail instead, since a skipped integration suite in CI is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_CODEX = REPO / "tests" / "fake_codex" / "codex"
+STUB_CONTEXT = REPO / "containers" / "stub"
+STUB_TAG = "agentissue-runner-stub:pytest"
+LABEL_MANAGED = "io.agentissue-runner.managed"
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+def _docker_problem() -> str | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.close()
+    except Exception as e:  # any failure to reach an engine means: no Docker here
+        return f"no Docker Engine answers ({type(e).__name__}); start one with shared/tools/docker-up.sh"
+    return None
+
+
+DOCKER_UNAVAILABLE = _docker_problem()
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if DOCKER_UNAVAILABLE is None or IN_CI:
+        return
+    skip = pytest.mark.skip(reason=DOCKER_UNAVAILABLE)
+    for item in items:
+        if "docker" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    if DOCKER_UNAVAILABLE is not None:
+        pytest.fail(f"CI=true and the integration suite cannot run: {DOCKER_UNAVAILABLE}")
+    import docker
+
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+def _base_image(client) -> str:
+    wanted = os.environ.get("STUB_BASE_IMAGE")
+    if wanted:
+        return wanted
+    try:
+        client.images.get("runner-base:bookworm")
+        return "runner-base:bookworm"
+    except Exception:
+        return "debian:bookworm-slim"
+
+
+@pytest.fixture(scope="session")
+def stub_image(docker_client) -> Iterator[str]:
+    """The stub task image, built once per session with testcontainers' DockerImage."""
+    from testcontainers.core.image import DockerImage
+
+    # clean_up=False: DockerImage removes by id, which would also drop other tags of the
+    # same id (such as the :latest a developer built); the tag alone is removed below.
+    image = DockerImage(
+        path=STUB_CONTEXT, tag=STUB_TAG, clean_up=False, buildargs={"BASE_IMAGE": _base_image(docker_client)}
+    )
+    image.build()
+    yield STUB_TAG
+    try:
+        docker_client.images.remove(STUB_TAG, noprune=True)
+    except Exception:
+        pass  # still used by a container of another session, or already gone
+
+
+def runner_containers(client) -> list:
+    return client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=true"})
+
+
+@pytest.fixture
+def no_leaked_containers(docker_client) -> Iterator[None]:
+    """Fails the test that leaves a container with the runner's labels behind (and removes it)."""
+    before = {c.id for c in runner_containers(docker_client)}
+    yield
+    leaked = [c for c in runner_containers(docker_client) if c.id not in before]
+    for container in leaked:
+        container.remove(force=True)
+    assert not leaked, f"{len(leaked)} runner container(s) left behind: {[c.name for c in leaked]}"
+
+
+def make_job_root(tmp_path: Path, prompt: str = "Fix calc.add.\nfake-codex-mode: fix\n") -> Path:
+    job = tmp_path / "job"
+    (job / "context").mkdir(parents=True)
+    (job / "context" / "prompt.md").write_text(prompt)
+    return job
+
+
+@pytest.fixture
+def job_root(tmp_path: Path) -> Path:
+    return make_job_root(tmp_path)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m runner`` as an operator runs it: a real process, real exit code."""
+    full_env = {k: v for k, v in os.environ.items() if k not in RUNNER_ENV_NAMES}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# The reference's variables, kept out of the tests' children unless a test sets them.
+RUNNER_ENV_NAMES = {
+    "TAG", "IMAGE", "CODEX_BIN", "ALLOW_DOCKER_PULL", "PRECHECK_ONLY", "PATCH_APPLY_SH",
+    "PATCH_TEST_SH", "CONTAINER_BUGGY_SOURCE", "JOB_ROOT",
+}
+
+
+def stub_args(job: Path, image: str, *extra: str, codex: Path = FAKE_CODEX) -> list[str]:
+    return ["--job-root", str(job), "--tag", "stub_calc", "--image", image, "--codex-bin", str(codex), *extra]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
