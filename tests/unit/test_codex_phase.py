@@ -1,0 +1,105 @@
+"""The codex phase with fake codex executables: argv, stdin prompt, allowlisted env, deadline."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.context import JobContext
+from runner.errors import CodexNotFoundError, PhaseError
+from runner.jobroot import JobRoot
+from runner.phases.codex import codex, codex_argv
+from runner.settings import load_settings
+from tests.conftest import FAKE_CODEX
+
+
+def _ctx(tmp_path: Path, codex_bin: Path | str, prompt: str = "Fix it.\n", **settings) -> JobContext:
+    job = JobRoot.at(tmp_path / "job", "demo_1")
+    (job.root / "context").mkdir(parents=True)
+    job.prompt.write_text(prompt)
+    (job.buggy_source / "calc").mkdir(parents=True)
+    (job.buggy_source / "calc" / "mathops.py").write_text("def add(a, b):\n    return a - b\n")
+    return JobContext(settings=load_settings(tag="demo_1", codex_bin=str(codex_bin), **settings), job=job)
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "codex-script"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_the_fake_codex_fixes_the_tree_with_the_real_argv(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, FAKE_CODEX)
+    result = codex(ctx)
+    assert result.exit_code == 0 and result.reason == "ok" and not result.timed_out
+    assert "add_impl" in (ctx.job.buggy_source / "calc" / "mathops.py").read_text()
+    assert (ctx.job.buggy_source / "calc" / "_impl.py").exists()
+    assert result.last_message_present and ctx.job.last_message.exists()
+    assert result.stdout_bytes > 0 and len(result.stdout_sha256) == 64
+    assert (ctx.job.logs / "codex.stdout.log").read_bytes().startswith(b"fake codex: mode fix")
+
+
+def test_the_prompt_goes_on_stdin_and_the_job_root_is_not_given(tmp_path: Path) -> None:
+    script = _script(tmp_path, 'printf "%s\\n" "$@" > args.txt\ncat > stdin.txt\n')
+    ctx = _ctx(tmp_path, script, prompt="the real prompt text\n")
+    codex(ctx)
+    args = (ctx.job.buggy_source / "args.txt").read_text().splitlines()
+    assert args == codex_argv(str(script), ctx.job.buggy_source, ctx.job.last_message)[1:]
+    assert args[-1] == "-" and "--add-dir" not in args and str(ctx.job.prompt) not in args
+    assert (ctx.job.buggy_source / "stdin.txt").read_text() == "the real prompt text\n"
+
+
+def test_the_child_environment_is_an_allowlist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-needed-by-codex")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-codex")
+    monkeypatch.setenv("RUNNER_UNRELATED", "x")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    script = _script(tmp_path, "env > env.txt\n")
+    ctx = _ctx(tmp_path, script)
+    codex(ctx)
+    names = {line.split("=", 1)[0] for line in (ctx.job.buggy_source / "env.txt").read_text().splitlines()}
+    assert {"OPENAI_API_KEY", "PATH", "LC_ALL"} <= names
+    assert not names & {"AWS_SECRET_ACCESS_KEY", "RUNNER_UNRELATED"}
+
+
+def test_a_non_zero_exit_fails_the_phase_with_its_code(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, _script(tmp_path, "echo boom >&2\nexit 7\n"))
+    with pytest.raises(PhaseError) as caught:
+        codex(ctx)
+    assert caught.value.reason == "codex_exit_nonzero" and caught.value.exit_code_observed == 7
+    assert caught.value.details["stderr_bytes"] == 5
+    assert "logs/codex.stderr.log" in str(caught.value)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purpose.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
+    script = _script(tmp_path, "sleep 300 &\necho $! > grandchild.pid\nsleep 300\n")
+    ctx = _ctx(tmp_path, script, codex_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(PhaseError) as caught:
+        codex(ctx)
+    assert time.monotonic() - started < 15
+    assert caught.value.reason == "codex_timeout" and caught.value.details["timed_out"] is True
+    grandchild = int((ctx.job.buggy_source / "grandchild.pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def test_a_missing_binary_is_an_environment_error(tmp_path: Path) -> None:
+    with pytest.raises(CodexNotFoundError, match="--codex-bin"):
+        codex(_ctx(tmp_path, tmp_path / "absent"))

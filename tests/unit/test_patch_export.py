@@ -1,0 +1,92 @@
+"""Patch export: new files in, ignored files out, binary changes counted, and GNU patch -p1 applies it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.context import JobContext
+from runner.errors import PhaseError
+from runner.jobroot import JobRoot
+from runner.phases.baseline import baseline
+from runner.phases.patch import export_patch
+from runner.settings import load_settings
+from runner.gitops import open_repo
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> JobContext:
+    job = JobRoot.at(tmp_path / "job", "demo_1")
+    source = job.buggy_source
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (source / "notes.txt").write_text("no final newline")
+    (source / "data.bin").write_bytes(b"\x00\x01\x02" * 10)
+    (source / ".gitignore").write_text("*.log\n")
+    return JobContext(settings=load_settings(tag="demo_1"), job=job)
+
+
+def _pristine_copy(ctx: JobContext, commit: str, dest: Path) -> Path:
+    subprocess.run(["git", "-C", str(ctx.job.buggy_source), "worktree", "add", "--detach", str(dest), commit],
+                   check=True, capture_output=True)
+    plain = dest.parent / "plain"
+    shutil.copytree(dest, plain, ignore=shutil.ignore_patterns(".git"))
+    return plain
+
+
+def test_text_changes_and_new_files_apply_with_gnu_patch(ctx: JobContext, tmp_path: Path) -> None:
+    commit = baseline(ctx).baseline_commit
+    source = ctx.job.buggy_source
+    (source / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    (source / "pkg" / "new.py").write_text("VALUE = 3\n")
+    (source / "notes.txt").write_text("still no final newline, changed")
+    (source / "debug.log").write_text("ignored\n")
+    result = export_patch(ctx, commit)
+    patch = ctx.job.patch.read_bytes()
+    assert b"--- /dev/null\n+++ b/pkg/new.py" in patch
+    assert b"debug.log" not in patch
+    assert (result.changed_file_count, result.added_file_count, result.binary_change_count) == (3, 1, 0)
+    assert result.hunk_count == 3 and result.patch_bytes == len(patch)
+
+    plain = _pristine_copy(ctx, commit, tmp_path / "wt")
+    applied = subprocess.run(["patch", "-p1", "--batch", "--forward"], cwd=plain, input=patch, capture_output=True)
+    assert applied.returncode == 0, applied.stdout
+    for name in ("pkg/mod.py", "pkg/new.py", "notes.txt"):
+        assert (plain / name).read_bytes() == (source / name).read_bytes(), name
+
+
+def test_binary_changes_are_kept_and_counted(ctx: JobContext) -> None:
+    commit = baseline(ctx).baseline_commit
+    (ctx.job.buggy_source / "data.bin").write_bytes(b"\xff\x00" * 40)
+    result = export_patch(ctx, commit)
+    assert result.binary_change_count == 1
+    assert b"GIT binary patch" in ctx.job.patch.read_bytes()
+
+
+def test_commits_made_by_the_agent_still_count(ctx: JobContext) -> None:
+    commit = baseline(ctx).baseline_commit
+    (ctx.job.buggy_source / "pkg" / "mod.py").write_text("def f():\n    return 9\n")
+    repo = open_repo(ctx.job.buggy_source)
+    repo.git.add("--all")
+    repo.git.commit("-q", "-m", "agent commit")
+    assert export_patch(ctx, commit).changed_file_count == 1
+
+
+def test_an_unchanged_tree_is_the_empty_patch_failure(ctx: JobContext) -> None:
+    commit = baseline(ctx).baseline_commit
+    with pytest.raises(PhaseError) as caught:
+        export_patch(ctx, commit)
+    assert caught.value.reason == "empty_patch"
+    assert not ctx.job.patch.exists()
+
+
+def test_baseline_is_one_commit_of_everything_not_ignored(ctx: JobContext) -> None:
+    (ctx.job.buggy_source / "build.log").write_text("x")
+    result = baseline(ctx)
+    assert result.tracked_file_count == 4
+    repo = open_repo(ctx.job.buggy_source)
+    assert len(list(repo.iter_commits("--all"))) == 1
+    assert baseline(ctx).baseline_commit == result.baseline_commit  # a rerun reuses it

@@ -1,0 +1,83 @@
+"""Settings precedence and the CLI's refusals: bad input exits 2 before any work, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.errors import BadInputError
+from runner.settings import load_settings
+from tests.conftest import FAKE_CODEX, run_cli
+
+
+def test_flags_win_over_the_reference_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TAG", "env_tag_1")
+    monkeypatch.setenv("ALLOW_DOCKER_PULL", "1")
+    monkeypatch.setenv("PATCH_TEST_SH", "run-tests")
+    monkeypatch.setenv("CONTAINER_BUGGY_SOURCE", "/src/buggy/")
+    from_env = load_settings()
+    assert from_env.tag == "env_tag_1" and from_env.allow_pull is True and from_env.test_cmd == "run-tests"
+    assert from_env.source_dir == "/src/buggy"
+    assert from_env.resolved_image == "alfin06/agentissue-bench:env_tag_1"
+    assert load_settings(tag="flag_tag_2").tag == "flag_tag_2"
+
+
+def test_defaults_match_the_reference() -> None:
+    settings = load_settings()
+    assert settings.tag == "lagent_239" and settings.codex_bin == "codex"
+    assert settings.apply_cmd == "/usr/local/bin/run_test_entrypoint.sh apply_patch /patches/attempt.patch"
+    assert settings.test_cmd == "/usr/local/bin/run_test_entrypoint.sh test_patched"
+    assert settings.source_dir == "/app/source_code_buggy" and settings.eval_network.value == "bridge"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"tag": "has space"}, {"tag": "../up"}, {"tag": "x;rm -rf /"}, {"tag": "a" * 10_000},
+        {"image": "img $(id)"}, {"image": "../x"}, {"source_dir": "relative/dir"}, {"source_dir": "/app/../etc"},
+        {"apply_cmd": "two\nlines"}, {"codex_timeout": 0},
+    ],
+)
+def test_unsafe_values_are_refused_with_the_setting_named(flags: dict) -> None:
+    with pytest.raises(BadInputError) as caught:
+        load_settings(**flags)
+    assert next(iter(flags)) in str(caught.value) or "image" in str(caught.value)
+
+
+def test_cli_refuses_a_bad_tag_with_exit_2(tmp_path: Path) -> None:
+    done = run_cli("--execute", "--job-root", str(tmp_path / "job"), "--tag", "bad tag")
+    assert done.returncode == 2
+    assert "tag" in done.stderr and not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [(None, "no context/prompt.md"), ("   \n", "empty"),
+     ("# Synthetic AgentIssue-Bench lagent_239 Prompt Placeholder\n", "synthetic placeholder")],
+)
+def test_cli_refuses_a_bad_prompt_before_any_work(tmp_path: Path, prompt: str | None, message: str) -> None:
+    job = tmp_path / "job"
+    (job / "context").mkdir(parents=True)
+    if prompt is not None:
+        (job / "context" / "prompt.md").write_text(prompt)
+    before = sorted(p.relative_to(job) for p in job.rglob("*"))
+    done = run_cli("--execute", "--job-root", str(job), "--codex-bin", str(FAKE_CODEX),
+                   env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert sorted(p.relative_to(job) for p in job.rglob("*")) == before
+
+
+def test_execute_needs_a_job_root() -> None:
+    done = run_cli("--execute")
+    assert done.returncode == 2 and "--job-root" in done.stderr
+
+
+def test_modes_are_exclusive() -> None:
+    assert run_cli("--execute", "--reduce").returncode == 2
+
+
+def test_reduce_on_a_job_root_never_run_names_the_missing_marker(tmp_path: Path) -> None:
+    done = run_cli("--reduce", "--job-root", str(tmp_path))
+    assert done.returncode == 2 and "prepare.json" in done.stderr
