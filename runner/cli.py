@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from runner.context import new_run_id
-from runner.docker_utils import runner_labels
+from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import PUBLIC_FILES, JobRoot
 from runner.logs import configure_logging
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m runner",
         description="Run one AgentIssue-Bench task: extract, Codex, patch, evaluate, compact public results. "
         "With no mode, print the plan and touch nothing.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Exit codes: 0 completed (resolved or not) / healthy; 1 runner failure (a phase failed); "
         "2 bad input; 3 bad environment (Docker, image or codex not usable); 130 interrupted.",
     )
@@ -42,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--precheck", action="store_true", help="health probe: check codex, Docker, image, layout")
     mode.add_argument("--execute", action="store_true", help="the full run on --job-root")
     mode.add_argument("--reduce", action="store_true", help="rebuild the compact outputs of --job-root from its markers")
+    mode.add_argument(
+        "--sweep", action="store_true",
+        help="maintenance: remove runner containers whose run died on this host (live runs are kept)",
+    )
     parser.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
     parser.add_argument("--tag", help="AgentIssue-Bench tag (env TAG; default lagent_239)")
     parser.add_argument("--image", help="task image (env IMAGE; default alfin06/agentissue-bench:<tag>)")
@@ -91,7 +96,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
 
 
 def _mode(args: argparse.Namespace, settings: RunnerSettings) -> str:
-    for name in ("precheck", "execute", "reduce"):
+    for name in ("precheck", "execute", "reduce", "sweep"):
         if getattr(args, name):
             return name
     return "precheck" if settings.precheck_only else "plan"
@@ -131,6 +136,18 @@ def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return report, ExitCode.COMPLETED
 
 
+def _sweep(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    client = connect()
+    try:
+        removed, kept = sweep_strays(client)
+    finally:
+        client.close()
+    return {"mode": "sweep", "removed": removed, "kept_live": kept}, ExitCode.COMPLETED
+
+
+MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep": _sweep}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging()
@@ -143,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if mode == "plan":
             report, code = build_plan(settings), ExitCode.COMPLETED
         else:
-            report, code = {"precheck": _precheck, "execute": _execute, "reduce": _reduce}[mode](settings)
+            report, code = MODES[mode](settings)
     except RunnerError as e:
         log.error("runner_refused", reason=e.reason, exit_code=int(e.exit_code))
         print(f"runner: {e}", file=sys.stderr)

@@ -11,9 +11,11 @@ Invariants:
 from __future__ import annotations
 
 import io
+import os
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +36,21 @@ LABEL_MANAGED = f"{LABEL_NAMESPACE}.managed"
 LABEL_JOB = f"{LABEL_NAMESPACE}.job-id"
 LABEL_RUN = f"{LABEL_NAMESPACE}.run-id"
 LABEL_PHASE = f"{LABEL_NAMESPACE}.phase"
+LABEL_PID = f"{LABEL_NAMESPACE}.pid"
+LABEL_HOST = f"{LABEL_NAMESPACE}.host"
 ARCHIVE_CHUNK = 1024 * 1024
 
 
 def runner_labels(*, job_id: str, run_id: str, phase: str) -> dict[str, str]:
-    return {LABEL_MANAGED: "true", LABEL_JOB: job_id, LABEL_RUN: run_id, LABEL_PHASE: phase}
+    """The labels every runner container carries; pid and host let a sweep tell live runs from dead."""
+    return {
+        LABEL_MANAGED: "true",
+        LABEL_JOB: job_id,
+        LABEL_RUN: run_id,
+        LABEL_PHASE: phase,
+        LABEL_PID: str(os.getpid()),
+        LABEL_HOST: socket.gethostname(),
+    }
 
 
 def connect(timeout: int = 30) -> docker.DockerClient:
@@ -90,13 +102,51 @@ def _remove(container: Container) -> None:
         pass
 
 
+def _labelled(client: docker.DockerClient, labels: dict[str, str]) -> list[Container]:
+    filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+    return client.containers.list(all=True, filters=filters)
+
+
 def remove_labelled(client: docker.DockerClient, labels: dict[str, str]) -> int:
     """Remove every container (running or not) carrying all ``labels``; returns how many."""
-    filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
-    found = client.containers.list(all=True, filters=filters)
+    found = _labelled(client, labels)
     for container in found:
         _remove(container)
     return len(found)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
+def sweep_strays(client: docker.DockerClient, *, job_id: str | None = None) -> tuple[int, int]:
+    """Remove runner containers whose run is dead on this host; returns (removed, kept).
+
+    With ``job_id``, every container of that job is a stray (the caller holds the
+    job root's lock, so no live run owns one). Without it, a container is a stray
+    when its host is this one and its runner pid is gone; others are kept.
+    """
+    labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {})}
+    removed = kept = 0
+    host = socket.gethostname()
+    for container in _labelled(client, labels):
+        container_labels = container.labels or {}
+        pid = container_labels.get(LABEL_PID, "")
+        dead = job_id is not None or (
+            container_labels.get(LABEL_HOST) == host and (not pid.isdigit() or not _pid_alive(int(pid)))
+        )
+        if dead:
+            _remove(container)
+            removed += 1
+        else:
+            kept += 1
+    return removed, kept
 
 
 @contextmanager
@@ -117,11 +167,17 @@ def managed_container(
 
 
 class _ChunkReader(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks, holding one chunk at a time."""
+    """A read-only file over an iterator of byte chunks, holding one chunk at a time.
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    Closing it closes the HTTP response under the chunks: while a ``get_archive``
+    response is open the daemon keeps the container busy, and a forced removal
+    would wait for the stream (seen: a 30 s timeout after an interrupt).
+    """
+
+    def __init__(self, chunks: Generator[bytes, None, None], first: bytes, response: Any) -> None:
         self._chunks = chunks
-        self._buffer = b""
+        self._buffer = first
+        self._response = response
 
     def readable(self) -> bool:
         return True
@@ -137,11 +193,27 @@ class _ChunkReader(io.RawIOBase):
         self._buffer = self._buffer[size:]
         return size
 
+    def close(self) -> None:
+        if not self.closed:
+            self._chunks.close()
+            if self._response is not None:
+                self._response.close()
+        super().close()
+
 
 def archive_stream(container: Container, path: str) -> IO[bytes]:
-    """The tar stream of ``path`` in the container, read chunk by chunk, never held whole."""
+    """The tar stream of ``path`` in the container, read chunk by chunk, never held whole.
+
+    Raises:
+        NotFound: ``path`` does not exist in the container.
+    """
     chunks, _stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
-    return io.BufferedReader(_ChunkReader(iter(chunks)), buffer_size=ARCHIVE_CHUNK)
+    first = next(chunks, b"")
+    # docker-py keeps the streaming response in its generator's frame and offers no
+    # handle to it; take it from there so that closing the stream closes the socket.
+    frame = getattr(chunks, "gi_frame", None)
+    response = frame.f_locals.get("response") if frame is not None else None
+    return io.BufferedReader(_ChunkReader(chunks, first, response), buffer_size=ARCHIVE_CHUNK)
 
 
 @dataclass(frozen=True)

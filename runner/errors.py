@@ -74,6 +74,16 @@ class CodexNotFoundError(EnvironmentNotReadyError):
         )
 
 
+class JobRootUnwritableError(EnvironmentNotReadyError):
+    reason = "job_root_unwritable"
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(
+            f"the job root cannot be written ({error.strerror or type(error).__name__}); "
+            "free disk space or fix its permissions, then run again to resume",
+        )
+
+
 class PhaseError(RunnerError):
     """A phase ran and failed; the pipeline records it and stops there."""
 

@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +22,16 @@ from structlog.contextvars import bound_contextvars
 
 from reducers.models import Marker, Phase, Scalar
 from runner.context import JobContext, PhaseResult
-from runner.errors import BadInputError, ExitCode, PhaseError, RunnerError
+from runner.errors import (
+    BadInputError,
+    EnvironmentNotReadyError,
+    ExitCode,
+    JobRootUnwritableError,
+    PhaseError,
+    RunnerError,
+)
+from runner.docker_utils import sweep_strays
+from runner.lock import job_root_lock
 from runner.markers import PhaseClock, load_marker, write_marker
 from runner.phases.baseline import baseline
 from runner.phases.codex import codex
@@ -29,7 +39,7 @@ from runner.phases.evaluate import evaluate
 from runner.phases.extract import extract
 from runner.phases.patch import export_patch
 from runner.phases.precheck import precheck
-from runner.phases.prepare import prepare
+from runner.phases.prepare import prepare, read_prompt
 from runner.phases.reduce import ReduceResult, reduce_job
 from runner.settings import RunnerSettings
 from runner.jobroot import JobRoot
@@ -37,6 +47,8 @@ from runner.jobroot import JobRoot
 log = structlog.get_logger(__name__)
 
 INTERRUPTED_EXIT = 130
+# A job root that cannot take more bytes is the environment's fault, not the phase's.
+UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM})
 
 
 @dataclass(frozen=True)
@@ -108,8 +120,11 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
         error = RunnerError(f"{phase.value}: git failed ({type(e).__name__})", reason="git_error")
         marker = clock.marker(ok=False, reason="git_error", details={"error_type": type(e).__name__})
     except OSError as e:
-        error = RunnerError(f"{phase.value}: a file operation failed ({e.strerror or type(e).__name__})", reason="os_error")
-        marker = clock.marker(ok=False, reason="os_error", details={"error_type": type(e).__name__})
+        if e.errno in UNWRITABLE_ERRNOS:
+            error = JobRootUnwritableError(e)
+        else:
+            error = RunnerError(f"{phase.value}: a file operation failed ({e.strerror or type(e).__name__})", reason="os_error")
+        marker = clock.marker(ok=False, reason=error.reason, details={"error_type": type(e).__name__})
     log.info("phase_finished", status=marker.status.value, reason=marker.reason, duration_seconds=marker.duration_seconds)
     return marker, error
 
@@ -118,34 +133,56 @@ def execute(settings: RunnerSettings) -> RunOutcome:
     """The full run on ``settings.job_root``.
 
     Raises:
-        BadInputError: the prompt is refused or the job root belongs to another task
-            (nothing is written then).
+        BadInputError: the prompt is refused, the job root belongs to another task
+            or another run holds it (nothing is written then).
+        JobRootUnwritableError: a marker or public file cannot be written (disk full,
+            read-only); atomic writes leave no half-written file.
     """
     if settings.job_root is None:
         raise BadInputError("--execute needs --job-root DIR (or JOB_ROOT)")
     job = JobRoot.at(settings.job_root, settings.tag)
     ctx = JobContext(settings=settings, job=job)
     with bound_contextvars(run_id=ctx.run_id, job_id=job.job_id, tag=settings.tag):
+        read_prompt(ctx)  # a refused prompt: nothing is written, not even the lock
         _check_same_task(job, settings)
-        failure: BaseException | None = None
         try:
-            for phase in STEPS:
-                with bound_contextvars(phase=phase.value):
-                    existing = load_marker(job.markers, phase) if job.markers.exists() else None
-                    if existing is not None and existing.ok:
-                        log.info("phase_skipped", reason="ok marker from an earlier run")
-                        continue
-                    marker, failure = _run_phase(ctx, phase)
-                    if phase is Phase.PREPARE and failure is not None:
-                        raise failure  # a refused prompt: nothing is written, not even a marker
-                    write_marker(job.markers, marker)
-                    if failure is not None:
-                        break
-        finally:
-            ctx.close()
-        with bound_contextvars(phase=Phase.REDUCE.value):
-            reduced = _reduce(job)
+            with job_root_lock(job.root):
+                failure = _run_phases(ctx)
+                with bound_contextvars(phase=Phase.REDUCE.value):
+                    reduced = _reduce(job)
+        except OSError as e:
+            raise JobRootUnwritableError(e) from e
     return _outcome(reduced, failure)
+
+
+def _sweep_own_strays(ctx: JobContext) -> None:
+    """Containers of this job root left by a run that died (SIGKILL, power loss)."""
+    try:
+        removed, _kept = sweep_strays(ctx.docker(), job_id=ctx.job.job_id)
+    except EnvironmentNotReadyError:
+        return  # no Docker: the precheck phase reports it
+    if removed:
+        log.warning("stray_containers_removed", count=removed)
+
+
+def _run_phases(ctx: JobContext) -> BaseException | None:
+    """Every phase not yet ``ok``, in order, until the first failure (returned, not raised)."""
+    job = ctx.job
+    try:
+        _sweep_own_strays(ctx)
+        for phase in STEPS:
+            with bound_contextvars(phase=phase.value):
+                existing = load_marker(job.markers, phase) if job.markers.exists() else None
+                if existing is not None and existing.ok:
+                    log.info("phase_skipped", reason="ok marker from an earlier run")
+                    continue
+                marker, failure = _run_phase(ctx, phase)
+                write_marker(job.markers, marker)
+                if failure is not None:
+                    return failure
+    finally:
+        ctx.close()
+    return None
 
 
 def _reduce(job: JobRoot) -> ReduceResult:

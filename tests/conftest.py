@@ -144,3 +144,62 @@ def stub_args(job: Path, image: str, *extra: str, codex: Path = FAKE_CODEX) -> l
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+HOSTILE_CONTEXT = REPO / "containers" / "hostile"
+HOSTILE_TAG = "agentissue-runner-hostile:pytest"
+
+
+@pytest.fixture(scope="session")
+def hostile_image(docker_client, stub_image: str) -> Iterator[str]:
+    """The crafted image (containers/hostile) on top of the stub: hostile trees and a big one."""
+    from testcontainers.core.image import DockerImage
+
+    DockerImage(path=HOSTILE_CONTEXT, tag=HOSTILE_TAG, clean_up=False, buildargs={"BASE_IMAGE": stub_image}).build()
+    yield HOSTILE_TAG
+    try:
+        docker_client.images.remove(HOSTILE_TAG, noprune=True)
+    except Exception:
+        pass
+
+
+class RunningCli:
+    """``python -m runner`` in the background, its stderr events collected as they come."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        import threading
+
+        full_env = {k: v for k, v in os.environ.items() if k not in RUNNER_ENV_NAMES}
+        full_env.update(env or {})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "runner", *args], cwd=REPO, env=full_env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, event: str, *, phase: str | None = None, timeout: float = 120) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if f'"event": "{event}"' in line and (phase is None or f'"phase": "{phase}"' in line):
+                    return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no {event} event (phase {phase}); stderr so far: {''.join(self.lines)[-2000:]}")
+
+    def finish(self, timeout: float = 120) -> tuple[int, str, str]:
+        self.process.wait(timeout=timeout)
+        assert self.process.stdout is not None
+        stdout = self.process.stdout.read()  # a small report: it cannot fill the pipe first
+        self._reader.join(timeout=10)
+        return self.process.returncode, stdout, "".join(self.lines)

@@ -26,6 +26,7 @@ from reducers.models import Phase
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
+from runner.tamper import RunnerFilesSnapshot
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +89,7 @@ def codex(ctx: JobContext) -> CodexResult:
     stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
     job.last_message.unlink(missing_ok=True)
     argv = codex_argv(codex_path, job.buggy_source, job.last_message)
+    snapshot = RunnerFilesSnapshot.capture(job.root)
     started = time.monotonic()
     timed_out = False
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
@@ -117,6 +119,7 @@ def codex(ctx: JobContext) -> CodexResult:
             _kill_group(child.pid)  # grandchildren outlive their parent otherwise
             if child.poll() is None:
                 child.wait()
+            tampered = snapshot.restore()
     result = CodexResult(
         exit_code=exit_code,
         reason="codex_timeout" if timed_out else ("ok" if exit_code == 0 else "codex_exit_nonzero"),
@@ -128,6 +131,16 @@ def codex(ctx: JobContext) -> CodexResult:
         stderr_bytes=stderr_path.stat().st_size,
         last_message_present=job.last_message.is_file(),
     )
+    if tampered:
+        log.warning("codex_wrote_runner_files", count=len(tampered))
+        raise PhaseError(
+            "codex",
+            "codex_wrote_runner_files",
+            f"codex changed {len(tampered)} of the runner's files (first: {tampered[0]}); "
+            "they were restored and the attempt is not trusted",
+            exit_code=exit_code,
+            details={**result.details(), "runner_files_touched": len(tampered)},
+        )
     if result.reason != "ok":
         message = (
             f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group"

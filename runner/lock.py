@@ -1,0 +1,48 @@
+"""One run per job root at a time: an advisory ``flock`` on ``<job root>/.runner.lock``.
+
+Invariant: while the lock is held, no other runner process works on this job
+root, so containers labelled with its job id and no live run are strays.
+The kernel drops the lock when the process dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from runner.errors import BadInputError
+
+LOCK_NAME = ".runner.lock"
+
+
+class JobRootBusyError(BadInputError):
+    reason = "job_root_locked"
+
+
+@contextmanager
+def job_root_lock(root: Path) -> Iterator[None]:
+    """Hold the job root's lock for the block.
+
+    Raises:
+        JobRootBusyError: another runner holds it (its pid is named).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise JobRootBusyError(
+                f"another runner (pid {holder}) is working on this job root; "
+                "wait for it to finish or use another --job-root"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock

@@ -1,0 +1,344 @@
+"""Faults, provoked for real: Docker, the image, codex, the evaluation, interrupts, crashes, locks, disks.
+
+Each test asserts the exit code, an actionable message, the markers and compact
+outputs, that nothing outside the job root changed, and (through the fixture)
+that no container with the runner's labels is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    FAKE_CODEX,
+    RunningCli,
+    make_job_root,
+    read_json,
+    run_cli,
+    runner_containers,
+    stub_args,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
+
+NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def _snapshot_outside(tmp_path: Path, job: Path) -> dict[str, float]:
+    """Every path under tmp_path but outside the job root, with its mtime."""
+    return {
+        str(p): p.lstat().st_mtime
+        for p in tmp_path.rglob("*")
+        if job not in p.parents and p != job
+    }
+
+
+def _marker(job: Path, phase: str) -> dict:
+    return read_json(job / "result-markers" / f"{phase}.json")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def _wait_dead(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _pid_alive(pid)
+
+
+# --- Docker and the image ---------------------------------------------------------------
+
+def test_unreachable_docker_is_reported_by_precheck_and_stops_execute(job_root: Path, stub_image: str) -> None:
+    done = run_cli("--precheck", "--image", stub_image, "--codex-bin", str(FAKE_CODEX), env=NO_DOCKER)
+    assert done.returncode == 3
+    assert "docker_daemon" in done.stdout and "DOCKER_HOST" in done.stdout
+    done = run_cli("--execute", *stub_args(job_root, stub_image), env=NO_DOCKER)
+    assert done.returncode == 3, done.stderr
+    assert "Docker daemon does not answer" in done.stderr and "DOCKER_HOST" in done.stderr
+    assert _marker(job_root, "precheck")["status"] == "failed"
+    assert not (job_root / "buggy-source").exists() and not (job_root / "result-markers" / "extract.json").exists()
+    run = read_json(job_root / "benchmark_run.compact.json")
+    assert run["first_failed_phase"] == "precheck"
+    assert run["failure_attribution_labels"] == ["failed_precheck_precheck_docker_daemon"]
+
+
+def test_missing_image_without_allow_pull_names_the_flag(job_root: Path, docker_client) -> None:
+    done = run_cli("--execute", *stub_args(job_root, "agentissue-runner-absent:none"))
+    assert done.returncode == 3
+    assert "--allow-pull" in done.stderr
+    assert read_json(job_root / "benchmark_run.compact.json")["first_failed_phase"] == "precheck"
+
+
+# --- codex ------------------------------------------------------------------------------
+
+def test_codex_not_found(job_root: Path, stub_image: str, tmp_path: Path) -> None:
+    done = run_cli("--execute", *stub_args(job_root, stub_image, codex=tmp_path / "nowhere" / "codex"))
+    assert done.returncode == 3
+    assert "--codex-bin" in done.stderr
+    run = read_json(job_root / "benchmark_run.compact.json")
+    assert run["first_failed_phase"] == "precheck" and run["codex"]["invoked"] is False
+
+
+def test_codex_exiting_non_zero(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: fail\n")
+    before = _snapshot_outside(tmp_path, job)
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 1
+    assert "codex exited with 64" in done.stderr and "logs/codex.stderr.log" in done.stderr
+    assert _marker(job, "codex")["exit_code"] == 64
+    run = read_json(job / "benchmark_run.compact.json")
+    assert run["failure_attribution_labels"] == ["failed_codex_codex_exit_nonzero"]
+    assert run["codex"]["exit_code"] == 64
+    assert _snapshot_outside(tmp_path, job) == before
+
+
+def test_codex_hanging_past_the_deadline_dies_with_its_grandchildren(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: hang\n")
+    started = time.monotonic()
+    done = run_cli("--execute", *stub_args(job, stub_image, "--codex-timeout", "3"))
+    assert time.monotonic() - started < 60
+    assert done.returncode == 1
+    assert "deadline of 3s" in done.stderr
+    marker = _marker(job, "codex")
+    assert marker["reason"] == "codex_timeout" and marker["details"]["timed_out"] is True
+    codex_pid, grandchild = (int(x) for x in (job / "buggy-source" / "hang.pid").read_text().split())
+    assert _wait_dead(codex_pid) and _wait_dead(grandchild)
+    assert read_json(job / "benchmark_run.compact.json")["codex"]["timed_out"] is True
+
+
+def test_codex_flooding_output_goes_to_the_log(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: flood\nfake-codex-flood-mb: 300\n")
+    running = RunningCli("--execute", *stub_args(job, stub_image))
+    code, _, _ = running.finish(timeout=300)
+    assert code == 0
+    assert (job / "logs" / "codex.stdout.log").stat().st_size > 300 * 1024 * 1024
+    run = read_json(job / "benchmark_run.compact.json")
+    assert run["official_task_score"]["resolved"] is True
+    assert len(run["log_sha256"]["codex_stdout"]) == 64
+    # The runner's own memory stays flat: the output never passes through it.
+    usage = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN)
+    assert usage.ru_maxrss < 200 * 1024, f"a child peaked at {usage.ru_maxrss} KiB"
+
+
+def test_codex_writing_the_runners_files_is_caught_and_undone(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: tamper\n")
+    prompt = (job / "context" / "prompt.md").read_bytes()
+    before = _snapshot_outside(tmp_path, job)
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 1
+    assert "restored" in done.stderr
+    assert (job / "context" / "prompt.md").read_bytes() == prompt
+    assert _marker(job, "prepare")["status"] == "ok"  # a valid marker again, not the forgery
+    assert _marker(job, "codex")["reason"] == "codex_wrote_runner_files"
+    assert not (job / "result-markers" / "evaluate.json").exists()
+    run = read_json(job / "benchmark_run.compact.json")
+    assert run["official_task_score"]["resolved"] is False
+    assert run["failure_attribution_labels"] == ["failed_codex_codex_wrote_runner_files"]
+    assert _snapshot_outside(tmp_path, job) == before
+
+
+# --- evaluate ---------------------------------------------------------------------------
+
+def test_a_hanging_test_is_killed_at_the_eval_deadline(job_root: Path, stub_image: str) -> None:
+    started = time.monotonic()
+    done = run_cli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600", "--eval-timeout", "4"))
+    assert time.monotonic() - started < 60
+    assert done.returncode == 0, done.stderr
+    marker = _marker(job_root, "evaluate")
+    assert marker["reason"] == "eval_timeout" and marker["details"]["timed_out"] is True
+    run = read_json(job_root / "benchmark_run.compact.json")
+    assert run["official_task_score"]["resolved"] is False
+    assert run["failure_attribution_labels"] == ["unresolved_eval_timeout"]
+
+
+def test_a_patch_that_does_not_apply_gets_its_label(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: binary-change\n")
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 0, done.stderr
+    run = read_json(job / "benchmark_run.compact.json")
+    assert run["binary_change_count"] == 1
+    assert run["apply_exit_code"] not in (0, None) and run["patched_exit_code"] is None
+    assert run["failure_attribution_labels"] == ["unresolved_patch_apply_failed_compact_result"]
+
+
+def test_code_under_test_cannot_forge_a_pass(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: forge\n")
+    before = _snapshot_outside(tmp_path, job)
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 0, done.stderr
+    assert "FIX CONFIRMED" in (job / "logs" / "eval-test.log").read_text()  # it did try
+    run = read_json(job / "benchmark_run.compact.json")
+    assert run["official_task_score"]["resolved"] is False
+    assert run["patched_exit_code"] != 0
+    assert run["failure_attribution_labels"] == ["unresolved_single_tag_eval_compact_result"]
+    assert sorted(p.name for p in (job / "result-markers").iterdir()) == sorted(
+        f"{p}.json" for p in ("prepare", "precheck", "extract", "baseline", "codex", "patch", "evaluate", "reduce")
+    )
+    assert not list(job.rglob("test_success"))
+    assert _snapshot_outside(tmp_path, job) == before
+
+
+# --- interrupts and crashes ---------------------------------------------------------------
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_during_codex_then_resume(tmp_path: Path, stub_image: str, signum: int) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: hang\n")
+    running = RunningCli("--execute", *stub_args(job, stub_image))
+    running.wait_for("codex_started")
+    time.sleep(0.5)
+    running.process.send_signal(signum)
+    code, _, stderr = running.finish()
+    assert code == 130, stderr
+    assert "run the same command again to resume" in stderr
+    assert _marker(job, "codex")["reason"] == "interrupted"
+    codex_pid, grandchild = (int(x) for x in (job / "buggy-source" / "hang.pid").read_text().split())
+    assert _wait_dead(codex_pid) and _wait_dead(grandchild)
+    assert read_json(job / "benchmark_run.compact.json")["failure_attribution_labels"] == ["failed_codex_interrupted"]
+
+    extracted_at = _marker(job, "extract")["started_at"]
+    (job / "buggy-source" / "hang.pid").unlink()
+    (job / "context" / "prompt.md").write_text("fake-codex-mode: fix\n")
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 0, done.stderr
+    assert _marker(job, "extract")["started_at"] == extracted_at
+    assert read_json(job / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_during_evaluate_removes_the_container(
+    job_root: Path, stub_image: str, docker_client, signum: int
+) -> None:
+    running = RunningCli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600"))
+    running.wait_for("patch_apply_finished")
+    time.sleep(0.5)
+    assert runner_containers(docker_client), "the evaluate container should be running now"
+    running.process.send_signal(signum)
+    code, _, stderr = running.finish()
+    assert code == 130, stderr
+    assert _marker(job_root, "evaluate")["reason"] == "interrupted"
+    assert runner_containers(docker_client) == []
+    done = run_cli("--execute", *stub_args(job_root, stub_image))
+    assert done.returncode == 0, done.stderr
+    assert read_json(job_root / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_during_extract_leaves_no_tree_and_no_container(
+    job_root: Path, hostile_image: str, docker_client, signum: int
+) -> None:
+    args = ["--job-root", str(job_root), "--tag", "big", "--image", hostile_image,
+            "--codex-bin", str(FAKE_CODEX), "--source-dir", "/app/big"]
+    running = RunningCli("--execute", *args)
+    running.wait_for("phase_started", phase="extract")
+    time.sleep(0.8)
+    running.process.send_signal(signum)
+    code, _, stderr = running.finish()
+    assert code == 130, stderr
+    assert _marker(job_root, "extract")["reason"] == "interrupted"
+    assert not (job_root / "buggy-source").exists()
+    assert not list(job_root.glob(".buggy-source.partial*"))
+    assert runner_containers(docker_client) == []
+
+
+def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
+    tmp_path: Path, stub_image: str, docker_client
+) -> None:
+    job = make_job_root(tmp_path)
+    running = RunningCli("--execute", *stub_args(job, stub_image, "--test-cmd", "sleep 600"))
+    running.wait_for("patch_apply_finished")
+    running.process.kill()
+    running.finish()
+    strays = runner_containers(docker_client)
+    assert len(strays) == 1 and strays[0].labels["io.agentissue-runner.phase"] == "evaluate"
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 0, done.stderr
+    assert '"stray_containers_removed"' in done.stderr
+    assert runner_containers(docker_client) == []
+    assert read_json(job / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True
+
+    other = make_job_root(tmp_path / "second")
+    running = RunningCli("--execute", *stub_args(other, stub_image, "--test-cmd", "sleep 600"))
+    running.wait_for("patch_apply_finished")
+    running.process.kill()
+    running.finish()
+    assert len(runner_containers(docker_client)) == 1
+    swept = run_cli("--sweep")
+    assert swept.returncode == 0, swept.stderr
+    assert '"removed": 1' in swept.stdout
+    assert runner_containers(docker_client) == []
+
+
+def test_sweep_keeps_the_containers_of_live_runs(job_root: Path, stub_image: str, docker_client) -> None:
+    running = RunningCli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600", "--eval-timeout", "20"))
+    running.wait_for("patch_apply_finished")
+    swept = run_cli("--sweep")
+    assert '"removed": 0' in swept.stdout and '"kept_live": 1' in swept.stdout
+    running.process.send_signal(signal.SIGTERM)
+    assert running.finish()[0] == 130
+
+
+def test_a_second_run_on_the_same_job_root_is_refused(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: hang\n")
+    first = RunningCli("--execute", *stub_args(job, stub_image, "--codex-timeout", "6"))
+    first.wait_for("codex_started")
+    markers_before = {p.name: p.read_bytes() for p in (job / "result-markers").iterdir()}
+    second = run_cli("--execute", *stub_args(job, stub_image))
+    assert second.returncode == 2
+    assert "another runner (pid" in second.stderr and "--job-root" in second.stderr
+    assert {p.name: p.read_bytes() for p in (job / "result-markers").iterdir()} == markers_before
+    code, _, stderr = first.finish()
+    assert code == 1 and _marker(job, "codex")["reason"] == "codex_timeout", stderr
+    assert (job / "real-result.public.json").exists()
+
+
+# --- disks --------------------------------------------------------------------------------
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); needs root")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    mount = tmp_path / "disk"
+    _mount_tmpfs(mount, "2m")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _no_half_written_files(job: Path) -> None:
+    assert not list(job.rglob("*.tmp"))
+    for path in [*job.glob("result-markers/*.json"), *job.glob("*.json")]:
+        read_json(path)  # every marker and public file present is whole JSON
+
+
+def test_a_full_disk_is_a_clear_error_with_no_half_written_file(small_disk: Path, stub_image: str) -> None:
+    job = make_job_root(small_disk, "fake-codex-mode: flood\nfake-codex-flood-mb: 8\n")
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 3, done.stderr
+    assert "cannot be written" in done.stderr and "No space left on device" in done.stderr
+    _no_half_written_files(job)
+
+
+def test_a_read_only_job_root_is_a_clear_error(small_disk: Path, stub_image: str) -> None:
+    job = make_job_root(small_disk)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 3, done.stderr
+    assert "cannot be written" in done.stderr and "Read-only file system" in done.stderr
+    assert sorted(p.name for p in job.rglob("*")) == ["context", "prompt.md"]
