@@ -27,6 +27,8 @@ SAFE_LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
 # An image reference: registry/repo path, optional tag, optional digest. No spaces, no shell.
 SAFE_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]{0,200}(@sha256:[a-f0-9]{64})?", re.IGNORECASE)
 SAFE_CONTAINER_PATH = re.compile(r"/[A-Za-z0-9_.@+/-]{0,250}")
+# Host paths the runner creates: no spaces, quotes or shell metacharacters, no '..'.
+SAFE_HOST_PATH = re.compile(r"[A-Za-z0-9_.@+/~-]{1,1024}")
 
 
 class OutputFormat(str, Enum):
@@ -95,6 +97,13 @@ class RunnerSettings(BaseSettings):
         if not SAFE_CONTAINER_PATH.fullmatch(value) or ".." in value.split("/") or value == "/":
             raise ValueError("must be an absolute path inside the image, without '..' or spaces")
         return value.rstrip("/")
+
+    @field_validator("job_root")
+    @classmethod
+    def _job_root_is_plain(cls, value: Path | None) -> Path | None:
+        if value is not None and (not SAFE_HOST_PATH.fullmatch(str(value)) or ".." in value.parts):
+            raise ValueError("must be a path of letters, digits and '_ . @ + / ~ -', without '..' or spaces")
+        return value
 
     @field_validator("apply_cmd", "test_cmd")
     @classmethod

@@ -45,10 +45,22 @@ def test_unsafe_values_are_refused_with_the_setting_named(flags: dict) -> None:
     assert next(iter(flags)) in str(caught.value) or "image" in str(caught.value)
 
 
-def test_cli_refuses_a_bad_tag_with_exit_2(tmp_path: Path) -> None:
-    done = run_cli("--execute", "--job-root", str(tmp_path / "job"), "--tag", "bad tag")
-    assert done.returncode == 2
-    assert "tag" in done.stderr and not (tmp_path / "job").exists()
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--tag", "bad tag"), ("--tag", "../../etc"), ("--tag", "t;reboot"), ("--tag", "x" * 10_240),
+        ("--image", "img`id`"), ("--image", "a b"), ("--image", "i" * 10_240),
+        ("--source-dir", "/app/$(id)"), ("--source-dir", "/app/../../etc"),
+        ("--job-root", "JOB/with space"), ("--job-root", "JOB/../elsewhere"), ("--job-root", "JOB/x;rm"),
+    ],
+)
+def test_cli_refuses_unsafe_values_before_any_work(tmp_path: Path, flag: str, value: str) -> None:
+    job = tmp_path / "job"
+    args = ["--execute", "--job-root", str(job), flag, value.replace("JOB", str(job))]
+    done = run_cli(*args, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert done.returncode == 2, done.stderr
+    assert flag.lstrip("-").replace("-", "_") in done.stderr or "image" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
