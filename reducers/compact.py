@@ -287,7 +287,11 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             n_errored_trials=0 if resolved else 1,
             n_pending_trials=0,
         ),
-        metrics=Metrics(),
+        metrics=Metrics(
+            input_tokens=_int(_detail(markers, Phase.CODEX, "input_tokens")),
+            cache_tokens=_int(_detail(markers, Phase.CODEX, "cached_input_tokens")),
+            output_tokens=_int(_detail(markers, Phase.CODEX, "output_tokens")),
+        ),
         trials=[
             Trial(
                 task_id=tag,

@@ -114,7 +114,8 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
         error = e
         marker = clock.marker(ok=False, reason="interrupted")
     except DockerException as e:
-        error = RunnerError(f"{phase.value}: Docker failed ({type(e).__name__})", reason="docker_error")
+        explanation = str(getattr(e, "explanation", "") or "")[:200]
+        error = RunnerError(f"{phase.value}: Docker failed ({type(e).__name__}: {explanation})", reason="docker_error")
         marker = clock.marker(ok=False, reason="docker_error", details={"error_type": type(e).__name__})
     except GitError as e:
         error = RunnerError(f"{phase.value}: git failed ({type(e).__name__})", reason="git_error")

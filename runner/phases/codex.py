@@ -1,10 +1,11 @@
-"""codex: ``codex exec`` as a guarded subprocess in the buggy source.
+"""codex: ``codex exec --json`` as a guarded subprocess in the buggy source.
 
 Invariants:
 - the prompt file's contents go on stdin (``-``), never its path as the prompt;
 - the agent is given only ``buggy-source/`` (``--cd``), never the job root;
 - the child's environment is an allowlist, and is never logged;
-- stdout and stderr go to private files under ``logs/``, never into memory;
+- stdout (JSONL events) and stderr go to private files under ``logs/``, never into
+  memory; only the token counts are read back from them;
 - the child runs in its own process group, and the whole group is killed at
   the deadline, on interrupt, and after it exits (no stray grandchildren).
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 import structlog
 
 from reducers.models import Phase
+from runner.codex_usage import usage_from_events
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
@@ -53,6 +55,10 @@ class CodexResult(PhaseResult):
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     last_message_present: bool = False
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    turns: int = 0
 
 
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -62,6 +68,7 @@ def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def codex_argv(codex_path: str, buggy_source: Path, last_message: Path) -> list[str]:
     return [
         codex_path, "exec",
+        "--json",
         "--ephemeral",
         "--ignore-rules",
         "--sandbox", "workspace-write",
@@ -120,6 +127,7 @@ def codex(ctx: JobContext) -> CodexResult:
             if child.poll() is None:
                 child.wait()
             tampered = snapshot.restore()
+    usage = usage_from_events(stdout_path)
     result = CodexResult(
         exit_code=exit_code,
         reason="codex_timeout" if timed_out else ("ok" if exit_code == 0 else "codex_exit_nonzero"),
@@ -130,6 +138,10 @@ def codex(ctx: JobContext) -> CodexResult:
         stdout_bytes=stdout_path.stat().st_size,
         stderr_bytes=stderr_path.stat().st_size,
         last_message_present=job.last_message.is_file(),
+        input_tokens=usage.input_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        output_tokens=usage.output_tokens,
+        turns=usage.turns,
     )
     if tampered:
         log.warning("codex_wrote_runner_files", count=len(tampered))

@@ -40,6 +40,11 @@ def test_execute_resolves_and_writes_safe_compact_files(job_root: Path, stub_ima
     assert run["image_id"].startswith("sha256:") and run["validation"]["selected_image_only"] is True
     assert set(run["log_sha256"]) == {"codex_stdout", "codex_stderr", "eval_apply", "eval_test"}
     assert set(run["phase_durations_seconds"]) == set(PHASES) - {"reduce"}
+    prompt_chars = len((job_root / "context" / "prompt.md").read_text())
+    assert run["metrics"] == {
+        "input_tokens": 2 * (1000 + prompt_chars), "cache_tokens": 500, "output_tokens": 240, "cost_usd": 0.0
+    }
+    assert run["codex"]["version"] == "codex-cli 0.0.0-fake"
     for name in PUBLIC:
         text = (job_root / name).read_text()
         assert str(job_root) not in text and "diff --git" not in text

@@ -40,7 +40,11 @@ def test_the_fake_codex_fixes_the_tree_with_the_real_argv(tmp_path: Path) -> Non
     assert (ctx.job.buggy_source / "calc" / "_impl.py").exists()
     assert result.last_message_present and ctx.job.last_message.exists()
     assert result.stdout_bytes > 0 and len(result.stdout_sha256) == 64
-    assert (ctx.job.logs / "codex.stdout.log").read_bytes().startswith(b"fake codex: mode fix")
+    assert b"fake codex: mode fix" in (ctx.job.logs / "codex.stdout.log").read_bytes()
+    prompt_chars = len(ctx.job.prompt.read_text())
+    assert (result.turns, result.input_tokens, result.cached_input_tokens, result.output_tokens) == (
+        2, 2 * (1000 + prompt_chars), 500, 240
+    )
 
 
 def test_the_prompt_goes_on_stdin_and_the_job_root_is_not_given(tmp_path: Path) -> None:
