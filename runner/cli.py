@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from runner.batch import read_tags_file, run_batch, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
@@ -25,6 +26,7 @@ from runner.pipeline import INTERRUPTED_EXIT, execute
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import reduce_job
 from runner.plan import build_plan
+from runner.progress import progress_for
 from runner.settings import OutputFormat, RunnerSettings, load_settings
 
 log = structlog.get_logger(__name__)
@@ -48,7 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="maintenance: remove runner containers whose run died on this host (live runs are kept)",
     )
     parser.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
-    parser.add_argument("--tag", help="AgentIssue-Bench tag (env TAG; default lagent_239)")
+    parser.add_argument(
+        "--tag", action="append", help="AgentIssue-Bench tag (env TAG; default lagent_239); repeat it for a batch"
+    )
+    parser.add_argument("--tags-file", type=Path, help="batch: one tag a line, '#' comments")
+    parser.add_argument("--jobs-dir", type=Path, help="batch: one job root per tag, DIR/<tag>, prompts at DIR/<tag>/context/prompt.md")
+    parser.add_argument("--workers", type=int, help="batch: tasks run at once (default 1)")
     parser.add_argument("--image", help="task image (env IMAGE; default alfin06/agentissue-bench:<tag>)")
     parser.add_argument("--codex-bin", help="codex executable (env CODEX_BIN; default codex)")
     parser.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
@@ -84,15 +91,20 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _is_batch(args: argparse.Namespace) -> bool:
+    return args.jobs_dir is not None or args.tags_file is not None or len(args.tag or []) > 1 or args.workers is not None
+
+
 def _settings_from(args: argparse.Namespace) -> RunnerSettings:
     flags = {
         key: getattr(args, key)
         for key in (
-            "job_root", "tag", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
+            "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
             "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format",
         )
     }
-    return load_settings(**flags)
+    single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not _is_batch(args) else None
+    return load_settings(tag=single_tag, **flags)
 
 
 def _mode(args: argparse.Namespace, settings: RunnerSettings) -> str:
@@ -122,6 +134,24 @@ def _execute(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
         "public_files": list(PUBLIC_FILES),
     }
     return report, outcome.exit_code
+
+
+def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    if not args.execute:
+        raise BadInputError("--jobs-dir, --tags-file, --workers and repeated --tag go with --execute")
+    if args.jobs_dir is None:
+        raise BadInputError("a batch needs --jobs-dir DIR (one job root per tag under it)")
+    if settings.job_root is not None:
+        raise BadInputError("give --jobs-dir for a batch or --job-root for one task, not both")
+    tags = list(args.tag or [])
+    if args.tags_file is not None:
+        tags += read_tags_file(args.tags_file)
+    for tag in tags:
+        load_settings(tag=tag)  # each tag through the same validation as a single run
+    tags = unique_tags(tags)
+    with progress_for(len(tags)) as progress:
+        summary = run_batch(settings, tags, args.jobs_dir, args.workers or 1, progress)
+    return summary.report(), summary.exit_code
 
 
 def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
@@ -157,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings_from(args)
         output_format = settings.output_format
         mode = _mode(args, settings)
-        if mode == "plan":
+        if _is_batch(args):
+            report, code = _batch(args, settings)
+        elif mode == "plan":
             report, code = build_plan(settings), ExitCode.COMPLETED
         else:
             report, code = MODES[mode](settings)

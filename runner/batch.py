@@ -1,0 +1,284 @@
+"""Batches: many tags, each its own job root and its own ``python -m runner --execute`` process.
+
+Invariants:
+- isolation by process: one task's failure, timeout, crash or interrupt cannot
+  stop or corrupt another; each child holds its own job root's lock;
+- the ledger is upserted (atomically) after each task, under one lock;
+- a rerun skips tags the ledger records as completed and resumes the rest
+  (each child resumes from its markers);
+- an interrupt of the batch is passed to every running child, which cleans up
+  as a single run does; no new task starts after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from runner.errors import BadInputError, ExitCode
+from runner.jobroot import BENCHMARK_RUN
+from runner.ledger import LedgerRow, RunLedger
+from runner.public import private_texts_for
+from runner.settings import SAFE_LABEL, RunnerSettings
+
+log = structlog.get_logger(__name__)
+
+BATCH_LOGS = ".batch-logs"
+INTERRUPTED_EXIT = 130
+_STATE_BY_EXIT = {
+    int(ExitCode.COMPLETED): "completed",
+    int(ExitCode.RUNNER_FAILURE): "failed",
+    int(ExitCode.BAD_INPUT): "bad_input",
+    int(ExitCode.BAD_ENVIRONMENT): "bad_environment",
+    INTERRUPTED_EXIT: "interrupted",
+}
+
+
+def read_tags_file(path: Path) -> list[str]:
+    """One tag a line; ``#`` starts a comment; blank lines are skipped.
+
+    Raises:
+        BadInputError: unreadable file, or a line that is not a safe tag (naming the line).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInputError(f"--tags-file cannot be read ({type(e).__name__})") from e
+    tags: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        tag = line.split("#", 1)[0].strip()
+        if not tag:
+            continue
+        if not SAFE_LABEL.fullmatch(tag) or ".." in tag:
+            raise BadInputError(f"--tags-file line {number}: {tag[:40]!r} is not a safe tag")
+        tags.append(tag)
+    return tags
+
+
+def unique_tags(tags: list[str]) -> list[str]:
+    if not tags:
+        raise BadInputError("the batch has no tags: give --tags-file FILE or --tag T (repeatable)")
+    return list(dict.fromkeys(tags))
+
+
+def child_argv(settings: RunnerSettings, tag: str, job_root: Path) -> list[str]:
+    """The single-task command for one tag: every setting passed as a flag, so it wins over the env."""
+    argv = [
+        sys.executable, "-m", "runner", "--execute",
+        "--job-root", str(job_root),
+        "--tag", tag,
+        "--codex-bin", settings.codex_bin,
+        "--codex-timeout", str(settings.codex_timeout),
+        "--eval-timeout", str(settings.eval_timeout),
+        "--eval-network", settings.eval_network.value,
+        "--source-dir", settings.source_dir,
+        "--apply-cmd", settings.apply_cmd,
+        "--test-cmd", settings.test_cmd,
+    ]
+    if settings.image:
+        argv += ["--image", settings.image]
+    if settings.allow_pull:
+        argv.append("--allow-pull")
+    return argv
+
+
+class Progress(Protocol):
+    def started(self, tag: str) -> None: ...
+    def phase(self, tag: str, phase: str) -> None: ...
+    def finished(self, row: LedgerRow) -> None: ...
+    def skipped(self, tag: str) -> None: ...
+
+
+@dataclass
+class BatchSummary:
+    tags: int
+    skipped_completed: int
+    ran: int
+    resolved: int
+    failures_by_label: dict[str, int]
+    states: dict[str, int]
+    wall_seconds: float
+    phase_seconds: dict[str, float]
+    interrupted: bool
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return INTERRUPTED_EXIT
+        return int(ExitCode.COMPLETED) if self.states.get("completed", 0) == self.ran else int(ExitCode.RUNNER_FAILURE)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "mode": "batch",
+            "tags": self.tags,
+            "skipped_completed": self.skipped_completed,
+            "ran": self.ran,
+            "resolved": self.resolved,
+            "resolved_rate": round(self.resolved / self.ran, 4) if self.ran else 0.0,
+            "states": self.states,
+            "failures_by_label": self.failures_by_label,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "phase_seconds": {k: round(v, 3) for k, v in sorted(self.phase_seconds.items())},
+            "interrupted": self.interrupted,
+            "exit_code": self.exit_code,
+        }
+
+
+def _row(tag: str, job_root: Path, exit_code: int, wall: float) -> LedgerRow:
+    run: dict[str, Any] = {}
+    try:
+        run = json.loads((job_root / BENCHMARK_RUN).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        pass  # refused before any output (bad input): the row says so by its state
+    resolved = run.get("official_task_score", {}).get("resolved") if run else None
+    return LedgerRow(
+        tag=tag,
+        state=_STATE_BY_EXIT.get(exit_code, "failed"),
+        exit_code=exit_code,
+        resolved=resolved if exit_code == 0 else (False if run else None),
+        first_failed_phase=run.get("first_failed_phase"),
+        failure_label=(run.get("failure_attribution_labels") or [None])[0],
+        wall_seconds=round(wall, 3),
+        phase_durations_seconds=run.get("phase_durations_seconds", {}),
+        patch_sha256=run.get("patch_sha256") if run.get("patch_bytes") else None,
+        patch_bytes=run.get("patch_bytes") if run else None,
+        image_digest=run.get("image_digest"),
+        image_id=run.get("image_id"),
+        input_tokens=run.get("metrics", {}).get("input_tokens", 0),
+        output_tokens=run.get("metrics", {}).get("output_tokens", 0),
+    )
+
+
+class _Children:
+    """The running child processes, so an interrupt can reach every one of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def add(self, child: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.add(child)
+            if self.stopping.is_set():
+                child.send_signal(signal.SIGTERM)
+
+    def discard(self, child: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.discard(child)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self.stopping.set()
+            for child in self._running:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+
+
+def _run_one(
+    settings: RunnerSettings, tag: str, jobs_dir: Path, children: _Children, on_phase: Callable[[str], None]
+) -> tuple[int, float]:
+    job_root = jobs_dir / tag
+    log_path = jobs_dir / BATCH_LOGS / f"{tag}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_path.open("w", encoding="utf-8") as sink:
+        child = subprocess.Popen(
+            child_argv(settings, tag, job_root),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        children.add(child)
+        try:
+            assert child.stderr is not None
+            for line in child.stderr:
+                sink.write(line)
+                if '"phase_started"' in line:
+                    try:
+                        phase = json.loads(line).get("phase")
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(phase, str):
+                        on_phase(phase)
+            exit_code = child.wait()
+        finally:
+            children.discard(child)
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return exit_code, time.monotonic() - started
+
+
+def run_batch(
+    settings: RunnerSettings, tags: list[str], jobs_dir: Path, workers: int, progress: Progress
+) -> BatchSummary:
+    """Run every tag not yet completed, ``workers`` at a time; the ledger after each."""
+    if workers < 1 or workers > 64:
+        raise BadInputError("--workers must be between 1 and 64")
+    jobs_dir = jobs_dir.expanduser().resolve()
+    if not jobs_dir.is_dir():
+        raise BadInputError("--jobs-dir does not exist; create it with DIR/<tag>/context/prompt.md per tag")
+    ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
+    ledger_lock = threading.Lock()
+    children = _Children()
+    todo = [tag for tag in tags if not (tag in ledger.rows and ledger.rows[tag].completed)]
+    for tag in tags:
+        if tag not in todo:
+            progress.skipped(tag)
+    ran: list[LedgerRow] = []
+    started = time.monotonic()
+
+    def task(tag: str) -> None:
+        if children.stopping.is_set():
+            return
+        progress.started(tag)
+        exit_code, wall = _run_one(settings, tag, jobs_dir, children, lambda phase: progress.phase(tag, phase))
+        row = _row(tag, jobs_dir / tag, exit_code, wall)
+        with ledger_lock:
+            ledger.upsert(row)
+            ran.append(row)
+        progress.finished(row)
+
+    interrupted = False
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="task")
+    try:
+        futures = [pool.submit(task, tag) for tag in todo]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()  # a coordinator bug surfaces here rather than vanishing
+    except KeyboardInterrupt:
+        interrupted = True
+        children.stop_all()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    interrupted = interrupted or any(row.state == "interrupted" for row in ran)
+    phase_seconds: Counter[str] = Counter()
+    for row in ran:
+        phase_seconds.update(row.phase_durations_seconds)
+    return BatchSummary(
+        tags=len(tags),
+        skipped_completed=len(tags) - len(todo),
+        ran=len(ran),
+        resolved=sum(1 for row in ran if row.resolved),
+        failures_by_label=dict(Counter(row.failure_label or row.state for row in ran if not row.resolved)),
+        states=dict(Counter(row.state for row in ran)),
+        wall_seconds=time.monotonic() - started,
+        phase_seconds=dict(phase_seconds),
+        interrupted=interrupted,
+    )
+
+
+def default_workers() -> int:
+    return max(1, min(4, (os.cpu_count() or 2)))
