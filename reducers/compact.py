@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from reducers.markers import compact_input_error
 from reducers.models import Marker, Phase
 from runner.errors import CompactInputError
 
@@ -330,8 +331,7 @@ def _read_back(document: str, model: type[BaseModel], payload: Any) -> Any:
     try:
         return model.model_validate(payload)
     except ValidationError as e:
-        first = e.errors()[0]
-        raise CompactInputError(document, ".".join(str(p) for p in first["loc"]), first["msg"]) from e
+        raise compact_input_error(document, e) from e
 
 
 def reduce_real_result(run_doc: Any, result_doc: Any) -> dict[str, Any]:
@@ -383,6 +383,7 @@ def reduce_real_result(run_doc: Any, result_doc: Any) -> dict[str, Any]:
             "binary_change_count": run.binary_change_count,
             "patched_exit_code": run.patched_exit_code,
             "apply_exit_code": run.apply_exit_code,
+            "baseline_exit_code": None,  # the buggy tree's own test is not run (it would show the oracle nothing new)
             "string_verdict": run.evaluation.string_verdict,
             "verdicts_disagree": run.evaluation.verdicts_disagree,
             "phase_durations_seconds": run.phase_durations_seconds,

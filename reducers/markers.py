@@ -14,8 +14,18 @@ from reducers.models import Marker, Phase
 from runner.errors import CompactInputError
 
 
+def marker_filename(phase: Phase) -> str:
+    return f"{phase.value}.json"
+
+
 def _public_name(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
+
+
+def compact_input_error(document: str, error: ValidationError) -> CompactInputError:
+    """The first problem of a pydantic validation, naming the document and the field."""
+    first = error.errors()[0]
+    return CompactInputError(document, ".".join(str(part) for part in first["loc"]), first["msg"])
 
 
 def read_marker(path: Path, *, expected_phase: Phase | None = None) -> Marker:
@@ -33,9 +43,7 @@ def read_marker(path: Path, *, expected_phase: Phase | None = None) -> Marker:
     try:
         marker = Marker.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise CompactInputError(name, field, first["msg"]) from e
+        raise compact_input_error(name, e) from e
     if expected_phase is not None and marker.phase is not expected_phase:
         raise CompactInputError(name, "phase", f"records {marker.phase.value}, expected {expected_phase.value}")
     return marker
@@ -45,7 +53,7 @@ def read_markers(markers_dir: Path) -> dict[Phase, Marker]:
     """Every phase marker present under ``markers_dir``, by phase."""
     found: dict[Phase, Marker] = {}
     for phase in Phase:
-        path = markers_dir / f"{phase.value}.json"
+        path = markers_dir / marker_filename(phase)
         if path.exists():
             found[phase] = read_marker(path, expected_phase=phase)
     return found

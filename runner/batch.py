@@ -37,13 +37,12 @@ from runner.settings import SAFE_LABEL, RunnerSettings
 log = structlog.get_logger(__name__)
 
 BATCH_LOGS = ".batch-logs"
-INTERRUPTED_EXIT = 130
 _STATE_BY_EXIT = {
     int(ExitCode.COMPLETED): "completed",
     int(ExitCode.RUNNER_FAILURE): "failed",
     int(ExitCode.BAD_INPUT): "bad_input",
     int(ExitCode.BAD_ENVIRONMENT): "bad_environment",
-    INTERRUPTED_EXIT: "interrupted",
+    int(ExitCode.INTERRUPTED): "interrupted",
 }
 
 
@@ -117,7 +116,7 @@ class BatchSummary:
     @property
     def exit_code(self) -> int:
         if self.interrupted:
-            return INTERRUPTED_EXIT
+            return int(ExitCode.INTERRUPTED)
         return int(ExitCode.COMPLETED) if self.states.get("completed", 0) == self.ran else int(ExitCode.RUNNER_FAILURE)
 
     def report(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import PUBLIC_FILES, JobRoot
 from runner.logs import configure_logging
-from runner.pipeline import INTERRUPTED_EXIT, execute
+from runner.pipeline import execute
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import reduce_job
 from runner.plan import build_plan
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.exit_code)
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
-        return INTERRUPTED_EXIT
+        return int(ExitCode.INTERRUPTED)
     print(_render(report, output_format))
     if report.get("message"):
         print(f"runner: {report['message']}", file=sys.stderr)

@@ -34,6 +34,7 @@ class JobContext:
     settings: RunnerSettings
     job: JobRoot
     run_id: str = field(default_factory=new_run_id)
+    job_id: str = "unassigned"  # set by the pipeline once it holds the job root's lock
     _client: docker.DockerClient | None = field(default=None, repr=False)
 
     def docker(self) -> docker.DockerClient:
@@ -42,7 +43,7 @@ class JobContext:
         return self._client
 
     def labels(self, phase: Phase) -> dict[str, str]:
-        return runner_labels(job_id=self.job.job_id, run_id=self.run_id, phase=phase.value)
+        return runner_labels(job_id=self.job_id, run_id=self.run_id, phase=phase.value)
 
     def close(self) -> None:
         if self._client is not None:

@@ -28,6 +28,7 @@ from docker.models.containers import Container
 from docker.models.images import Image
 
 from runner.errors import DockerUnavailableError, EnvironmentNotReadyError, ImageMissingError
+from runner.owner import Owner, current_owner
 
 log = structlog.get_logger(__name__)
 
@@ -36,21 +37,40 @@ LABEL_MANAGED = f"{LABEL_NAMESPACE}.managed"
 LABEL_JOB = f"{LABEL_NAMESPACE}.job-id"
 LABEL_RUN = f"{LABEL_NAMESPACE}.run-id"
 LABEL_PHASE = f"{LABEL_NAMESPACE}.phase"
-LABEL_PID = f"{LABEL_NAMESPACE}.pid"
 LABEL_HOST = f"{LABEL_NAMESPACE}.host"
+LABEL_BOOT = f"{LABEL_NAMESPACE}.boot-id"
+LABEL_PIDNS = f"{LABEL_NAMESPACE}.pid-namespace"
+LABEL_PID = f"{LABEL_NAMESPACE}.pid"
+LABEL_PID_START = f"{LABEL_NAMESPACE}.pid-start"
 ARCHIVE_CHUNK = 1024 * 1024
 
 
 def runner_labels(*, job_id: str, run_id: str, phase: str) -> dict[str, str]:
-    """The labels every runner container carries; pid and host let a sweep tell live runs from dead."""
+    """The labels every runner container carries; the owner's let a sweep tell live runs from dead."""
+    owner = current_owner()
     return {
         LABEL_MANAGED: "true",
         LABEL_JOB: job_id,
         LABEL_RUN: run_id,
         LABEL_PHASE: phase,
-        LABEL_PID: str(os.getpid()),
         LABEL_HOST: socket.gethostname(),
+        LABEL_BOOT: owner.boot_id,
+        LABEL_PIDNS: owner.pid_namespace,
+        LABEL_PID: str(owner.pid),
+        LABEL_PID_START: owner.start_ticks,
     }
+
+
+def owner_of(labels: dict[str, str]) -> Owner | None:
+    pid = labels.get(LABEL_PID, "")
+    if not pid.isdigit():
+        return None
+    return Owner(
+        boot_id=labels.get(LABEL_BOOT, ""),
+        pid_namespace=labels.get(LABEL_PIDNS, ""),
+        pid=int(pid),
+        start_ticks=labels.get(LABEL_PID_START, ""),
+    )
 
 
 def connect(timeout: int = 30) -> docker.DockerClient:
@@ -115,32 +135,20 @@ def remove_labelled(client: docker.DockerClient, labels: dict[str, str]) -> int:
     return len(found)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, another user's
-    return True
-
-
 def sweep_strays(client: docker.DockerClient, *, job_id: str | None = None) -> tuple[int, int]:
-    """Remove runner containers whose run is dead on this host; returns (removed, kept).
+    """Remove runner containers whose run is dead; returns (removed, kept).
 
     With ``job_id``, every container of that job is a stray (the caller holds the
     job root's lock, so no live run owns one). Without it, a container is a stray
-    when its host is this one and its runner pid is gone; others are kept.
+    only when its owner ran in this boot and this pid namespace and is gone;
+    containers of other sandboxes on the same daemon are kept.
     """
     labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {})}
+    here = current_owner()
     removed = kept = 0
-    host = socket.gethostname()
     for container in _labelled(client, labels):
-        container_labels = container.labels or {}
-        pid = container_labels.get(LABEL_PID, "")
-        dead = job_id is not None or (
-            container_labels.get(LABEL_HOST) == host and (not pid.isdigit() or not _pid_alive(int(pid)))
-        )
+        owner = owner_of(container.labels or {})
+        dead = job_id is not None or (owner is not None and owner.same_place(here) and not owner.alive())
         if dead:
             _remove(container)
             removed += 1
@@ -238,7 +246,7 @@ def run_exec(
 
     def pump() -> None:
         nonlocal written
-        with log_path.open("ab") as sink:
+        with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab") as sink:
             try:
                 for chunk in stream:
                     sink.write(chunk)

@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     RUNNER_FAILURE = 1  # a phase failed; the compact outputs name it
     BAD_INPUT = 2  # flags, settings, tag, prompt or job root refused before any work
     BAD_ENVIRONMENT = 3  # Docker, the image or codex is not usable; precheck unhealthy
+    INTERRUPTED = 130  # SIGINT or SIGTERM; containers removed, the marker says so; rerun resumes
 
 
 class RunnerError(Exception):
@@ -82,6 +83,13 @@ class JobRootUnwritableError(EnvironmentNotReadyError):
             f"the job root cannot be written ({error.strerror or type(error).__name__}); "
             "free disk space or fix its permissions, then run again to resume",
         )
+
+
+class SourceDirMissingError(EnvironmentNotReadyError):
+    reason = "source_dir_missing"
+
+    def __init__(self) -> None:
+        super().__init__("the image has no buggy-source directory at the configured path; check --source-dir")
 
 
 class PhaseError(RunnerError):

@@ -1,37 +1,67 @@
-"""GitPython, isolated from the host's git configuration.
+"""The baseline repository: GitPython over a git directory the agent cannot reach.
 
-Invariant: the runner's git commands ignore the system and global config (no
-host hooks, excludes, prefixes or signing), so a baseline and a patch come out
-the same on every host.
+Invariants:
+- the runner's git directory is ``<job root>/.baseline.git``, outside ``buggy-source/``:
+  nothing the agent writes (a ``.git/config`` with hooks or an fsmonitor, attributes
+  drivers) is read by the runner's git; the system and global config are ignored too;
+- the agent gets its own ``buggy-source/.git`` that borrows the baseline's objects
+  (an alternates file) and index, so it can ``git diff`` its work at no extra cost;
+  the runner never runs git on it, and git never adds a ``.git`` path.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from git import Repo
 
 BASELINE_MESSAGE = "agentissue-runner baseline: buggy source as extracted"
+BRANCH = "main"
 IDENTITY = ("agentissue-runner", "runner@example.invalid")
 _ISOLATION = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
+_SAFE_CONFIG = {
+    ("user", "name"): IDENTITY[0],
+    ("user", "email"): IDENTITY[1],
+    ("commit", "gpgsign"): "false",
+    ("core", "autocrlf"): "false",
+    ("core", "hooksPath"): os.devnull,
+    ("core", "fsmonitor"): "false",
+}
 
 
-def isolated(repo: Repo) -> Repo:
-    repo.git.update_environment(**_ISOLATION)
-    return repo
-
-
-def open_repo(path: Path) -> Repo:
-    return isolated(Repo(path))
-
-
-def init_repo(path: Path) -> Repo:
-    repo = isolated(Repo.init(path))
+def _configure(repo: Repo) -> None:
     with repo.config_writer() as config:
-        config.set_value("user", "name", IDENTITY[0])
-        config.set_value("user", "email", IDENTITY[1])
-        config.set_value("commit", "gpgsign", "false")
-        config.set_value("core", "autocrlf", "false")
-        config.set_value("core", "hooksPath", os.devnull)
+        for (section, option), value in _SAFE_CONFIG.items():
+            config.set_value(section, option, value)
+
+
+def open_baseline(git_dir: Path, work_tree: Path) -> Repo:
+    repo = Repo(git_dir)
+    repo.git.update_environment(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(work_tree), **_ISOLATION)
     return repo
+
+
+def init_baseline(git_dir: Path, work_tree: Path) -> Repo:
+    Repo.init(git_dir, bare=True, initial_branch=BRANCH)
+    repo = open_baseline(git_dir, work_tree)
+    _configure(repo)
+    with repo.config_writer() as config:
+        config.set_value("core", "bare", "false")
+    return repo
+
+
+def give_agent_a_repository(baseline: Repo, git_dir: Path, work_tree: Path) -> None:
+    """``work_tree/.git`` at the baseline commit, sharing the baseline's objects and index."""
+    agent_git = work_tree / ".git"
+    if agent_git.exists() or agent_git.is_symlink():
+        shutil.rmtree(agent_git) if agent_git.is_dir() and not agent_git.is_symlink() else agent_git.unlink()
+    agent = Repo.init(agent_git, bare=True, initial_branch=BRANCH)
+    agent.git.update_environment(GIT_DIR=str(agent_git), GIT_WORK_TREE=str(work_tree), **_ISOLATION)
+    _configure(agent)
+    with agent.config_writer() as config:
+        config.set_value("core", "bare", "false")
+    (agent_git / "objects" / "info" / "alternates").write_text(f"{git_dir / 'objects'}\n")
+    shutil.copyfile(git_dir / "index", agent_git / "index")
+    agent.git.update_ref(f"refs/heads/{BRANCH}", baseline.head.commit.hexsha)

@@ -7,12 +7,16 @@ paths only relative to the job root.
 
 from __future__ import annotations
 
-import hashlib
+import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 PROMPT = "context/prompt.md"
 BUGGY_SOURCE = "buggy-source"
+# The runner's own git directory for the baseline, outside the agent's tree, so nothing the
+# agent writes (a .git/config with hooks or an fsmonitor, say) runs in the runner's git.
+BASELINE_GIT_DIR = ".baseline.git"
 MARKERS = "result-markers"
 LOGS = "logs"
 LAST_MESSAGE = "codex-last-message.txt"
@@ -22,6 +26,7 @@ REAL_RESULT = "real-result.public.json"
 PUBLIC_FILES = (BENCHMARK_RUN, BENCHMARK_RESULT, REAL_RESULT)
 # Text the reference's synthetic staging writes; a prompt still holding it was never replaced.
 SYNTHETIC_PROMPT_MARKER = "Prompt Placeholder"
+JOB_ID_FILE = ".runner-job-id"
 
 
 def patch_relpath(tag: str) -> str:
@@ -37,10 +42,22 @@ class JobRoot:
     def at(cls, root: Path, tag: str) -> JobRoot:
         return cls(root=root.expanduser().resolve(), tag=tag)
 
-    @property
     def job_id(self) -> str:
-        """Stable, path-free id for labels and logs: a hash, never the path itself."""
-        return hashlib.sha256(f"{self.root}\0{self.tag}".encode()).hexdigest()[:16]
+        """This job root's random, path-free id for labels and logs, made on first use.
+
+        Random rather than derived from the path: two sandboxes sharing one daemon may
+        use the same path, and must never take each other's containers for strays.
+        """
+        path = self.root / JOB_ID_FILE
+        try:
+            existing = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            existing = ""
+        if re.fullmatch(r"[0-9a-f]{16}", existing):
+            return existing
+        job_id = uuid.uuid4().hex[:16]
+        path.write_text(job_id + "\n", encoding="ascii")
+        return job_id
 
     @property
     def prompt(self) -> Path:
@@ -49,6 +66,10 @@ class JobRoot:
     @property
     def buggy_source(self) -> Path:
         return self.root / BUGGY_SOURCE
+
+    @property
+    def baseline_git_dir(self) -> Path:
+        return self.root / BASELINE_GIT_DIR
 
     @property
     def markers(self) -> Path:

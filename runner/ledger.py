@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from reducers.markers import compact_input_error
 from runner.atomic import write_bytes_atomic
 from runner.errors import CompactInputError
 from runner.public import publish
@@ -61,8 +62,7 @@ class RunLedger:
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise CompactInputError(LEDGER_JSON, "rows", f"unreadable ({type(e).__name__}); move it aside") from e
         except ValidationError as e:
-            first = e.errors()[0]
-            raise CompactInputError(LEDGER_JSON, ".".join(str(p) for p in first["loc"]), first["msg"]) from e
+            raise compact_input_error(LEDGER_JSON, e) from e
         return {row.tag: row for row in rows}
 
     def upsert(self, row: LedgerRow) -> None:

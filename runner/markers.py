@@ -10,13 +10,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reducers.markers import read_marker
+from reducers.markers import marker_filename, read_marker
 from reducers.models import Marker, MarkerStatus, Phase, Scalar
 from runner.atomic import write_json_atomic
 
 
 def marker_path(markers_dir: Path, phase: Phase) -> Path:
-    return markers_dir / f"{phase.value}.json"
+    return markers_dir / marker_filename(phase)
 
 
 def load_marker(markers_dir: Path, phase: Phase) -> Marker | None:

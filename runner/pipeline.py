@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import errno
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from docker.errors import DockerException
 from git import GitError
 from structlog.contextvars import bound_contextvars
 
-from reducers.models import Marker, Phase, Scalar
+from reducers.models import PHASE_ORDER, Marker, Phase, Scalar
 from runner.context import JobContext, PhaseResult
 from runner.errors import (
     BadInputError,
@@ -30,6 +31,7 @@ from runner.errors import (
     PhaseError,
     RunnerError,
 )
+from runner.atomic import open_private
 from runner.docker_utils import sweep_strays
 from runner.lock import job_root_lock
 from runner.markers import PhaseClock, load_marker, write_marker
@@ -39,14 +41,14 @@ from runner.phases.evaluate import evaluate
 from runner.phases.extract import extract
 from runner.phases.patch import export_patch
 from runner.phases.precheck import precheck
-from runner.phases.prepare import prepare, read_prompt
+from runner.phases.prepare import prepare, read_prompt, source_dir_digest
 from runner.phases.reduce import ReduceResult, reduce_job
 from runner.settings import RunnerSettings
 from runner.jobroot import JobRoot
 
 log = structlog.get_logger(__name__)
 
-INTERRUPTED_EXIT = 130
+ERROR_LOG = "runner-error.log"
 # A job root that cannot take more bytes is the environment's fault, not the phase's.
 UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM})
 
@@ -69,7 +71,7 @@ def _input(ctx: JobContext, phase: Phase, key: str) -> str:
     return value
 
 
-STEPS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
+_STEP_FUNCTIONS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
     Phase.PREPARE: prepare,
     Phase.PRECHECK: precheck,
     Phase.EXTRACT: extract,
@@ -78,6 +80,8 @@ STEPS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
     Phase.PATCH: lambda ctx: export_patch(ctx, _input(ctx, Phase.BASELINE, "baseline_commit")),
     Phase.EVALUATE: lambda ctx: evaluate(ctx, _input(ctx, Phase.EXTRACT, "image_id")),
 }
+# In PHASE_ORDER; reduce is not a step: it always runs, after them.
+STEPS = {phase: _STEP_FUNCTIONS[phase] for phase in PHASE_ORDER if phase is not Phase.REDUCE}
 
 
 def _scalars(details: dict[str, object]) -> dict[str, Scalar]:
@@ -85,15 +89,29 @@ def _scalars(details: dict[str, object]) -> dict[str, Scalar]:
 
 
 def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
+    """A job root belongs to one tag, image and source dir: a rerun must resume the same task."""
     prepared = load_marker(job.markers, Phase.PREPARE)
     if prepared is None:
         return
-    for key, wanted in (("tag", settings.tag), ("image", settings.resolved_image)):
-        if prepared.details.get(key) != wanted:
+    recorded = prepared.details
+    for flag, key, wanted in (
+        ("--tag", "tag", settings.tag),
+        ("--image", "image", settings.resolved_image),
+        ("--source-dir", "source_dir_sha256", source_dir_digest(settings)),
+    ):
+        if recorded.get(key) != wanted:
             raise BadInputError(
-                f"this job root was prepared for {key} {prepared.details.get(key)!r}, not {wanted!r}; "
-                "use another --job-root or the same settings"
+                f"this job root was prepared with another {flag}; use another --job-root or the same settings"
             )
+
+
+def _keep_traceback(ctx: JobContext, error: BaseException) -> None:
+    """The full traceback goes to a private log only: it may name host paths."""
+    try:
+        with open_private(ctx.job.logs / ERROR_LOG) as sink:
+            sink.write("".join(traceback.format_exception(error)).encode())
+    except OSError:
+        pass  # the job root itself is failing; the marker still says internal_error
 
 
 def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | None]:
@@ -126,6 +144,12 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
         else:
             error = RunnerError(f"{phase.value}: a file operation failed ({e.strerror or type(e).__name__})", reason="os_error")
         marker = clock.marker(ok=False, reason=error.reason, details={"error_type": type(e).__name__})
+    except Exception as e:  # a bug or an unforeseen failure: still recorded, reduced and reported
+        _keep_traceback(ctx, e)
+        error = RunnerError(
+            f"{phase.value}: unexpected {type(e).__name__}; the traceback is in logs/{ERROR_LOG}", reason="internal_error"
+        )
+        marker = clock.marker(ok=False, reason="internal_error", details={"error_type": type(e).__name__})
     log.info("phase_finished", status=marker.status.value, reason=marker.reason, duration_seconds=marker.duration_seconds)
     return marker, error
 
@@ -143,12 +167,14 @@ def execute(settings: RunnerSettings) -> RunOutcome:
         raise BadInputError("--execute needs --job-root DIR (or JOB_ROOT)")
     job = JobRoot.at(settings.job_root, settings.tag)
     ctx = JobContext(settings=settings, job=job)
-    with bound_contextvars(run_id=ctx.run_id, job_id=job.job_id, tag=settings.tag):
+    with bound_contextvars(run_id=ctx.run_id, tag=settings.tag):
         read_prompt(ctx)  # a refused prompt: nothing is written, not even the lock
         _check_same_task(job, settings)
         try:
             with job_root_lock(job.root):
-                failure = _run_phases(ctx)
+                ctx.job_id = job.job_id()
+                with bound_contextvars(job_id=ctx.job_id):
+                    failure = _run_phases(ctx)
                 with bound_contextvars(phase=Phase.REDUCE.value):
                     reduced = _reduce(job)
         except OSError as e:
@@ -159,7 +185,7 @@ def execute(settings: RunnerSettings) -> RunOutcome:
 def _sweep_own_strays(ctx: JobContext) -> None:
     """Containers of this job root left by a run that died (SIGKILL, power loss)."""
     try:
-        removed, _kept = sweep_strays(ctx.docker(), job_id=ctx.job.job_id)
+        removed, _kept = sweep_strays(ctx.docker(), job_id=ctx.job_id)
     except EnvironmentNotReadyError:
         return  # no Docker: the precheck phase reports it
     if removed:
@@ -197,7 +223,7 @@ def _reduce(job: JobRoot) -> ReduceResult:
 
 def _outcome(reduced: ReduceResult, failure: BaseException | None) -> RunOutcome:
     if isinstance(failure, KeyboardInterrupt):
-        code, message = INTERRUPTED_EXIT, "interrupted; run the same command again to resume"
+        code, message = int(ExitCode.INTERRUPTED), "interrupted; run the same command again to resume"
     elif isinstance(failure, RunnerError):
         code, message = int(failure.exit_code), str(failure)
     else:

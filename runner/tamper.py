@@ -2,31 +2,39 @@
 
 Codex runs with ``--sandbox workspace-write --cd buggy-source`` and without the
 job root, but the runner does not rely on that: it snapshots its own files
-(markers, prompt, patches, public files) before the agent runs, and afterwards
-restores whatever changed, removes what appeared, and reports it. The files
-are small; one larger than ``KEEP_LIMIT`` is verified by hash only.
+(markers, prompt, patches, public files, older logs) before the agent runs, and
+afterwards restores whatever changed, removes what appeared (links and FIFOs
+included), and reports it. One larger than ``KEEP_LIMIT`` is verified by hash only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from runner.atomic import write_bytes_atomic
-from runner.jobroot import BUGGY_SOURCE, LAST_MESSAGE, LOGS
+from runner.jobroot import BASELINE_GIT_DIR, BUGGY_SOURCE, LAST_MESSAGE
 
 KEEP_LIMIT = 4 * 1024 * 1024
-# Written by the agent's own run, or the agent's to write.
-AGENT_AREAS = frozenset({BUGGY_SOURCE, LOGS, LAST_MESSAGE, ".runner.lock"})
+# The agent's to write, or checked another way (the codex logs are its output, through
+# descriptors the runner opened; the baseline git dir is checked by git's own hashing).
+NOT_SNAPSHOTTED = frozenset({BUGGY_SOURCE, LAST_MESSAGE, ".runner.lock", BASELINE_GIT_DIR})
 
 
-def _runner_files(root: Path) -> list[Path]:
-    return [
-        path
-        for path in root.rglob("*")
-        if path.relative_to(root).parts[0] not in AGENT_AREAS and (path.is_file() or path.is_symlink())
-    ]
+def _runner_files(root: Path, skip: frozenset[str]) -> list[Path]:
+    found = []
+    for path in root.rglob("*"):
+        relative = path.relative_to(root)
+        if relative.parts[0] in NOT_SNAPSHOTTED or relative.as_posix() in skip:
+            continue
+        if path.is_symlink() or not path.is_dir():
+            found.append(path)
+    return found
 
 
 @dataclass
@@ -34,23 +42,25 @@ class RunnerFilesSnapshot:
     root: Path
     hashes: dict[str, str]
     contents: dict[str, bytes]
+    skip: frozenset[str]
 
     @classmethod
-    def capture(cls, root: Path) -> RunnerFilesSnapshot:
+    def capture(cls, root: Path, *, skip: frozenset[str] = frozenset()) -> RunnerFilesSnapshot:
+        """``skip``: relative paths (the codex logs) that the caller verifies itself."""
         hashes: dict[str, str] = {}
         contents: dict[str, bytes] = {}
-        for path in _runner_files(root):
+        for path in _runner_files(root, skip):
             relative = path.relative_to(root).as_posix()
             data = path.read_bytes()
             hashes[relative] = hashlib.sha256(data).hexdigest()
             if len(data) <= KEEP_LIMIT:
                 contents[relative] = data
-        return cls(root=root, hashes=hashes, contents=contents)
+        return cls(root=root, hashes=hashes, contents=contents, skip=skip)
 
     def restore(self) -> list[str]:
         """Put back what changed or vanished, remove what appeared; the paths touched, sorted."""
         touched: list[str] = []
-        now = {path.relative_to(self.root).as_posix(): path for path in _runner_files(self.root)}
+        now = {path.relative_to(self.root).as_posix(): path for path in _runner_files(self.root, self.skip)}
         for relative, path in now.items():
             if relative not in self.hashes:
                 path.unlink()
@@ -58,10 +68,23 @@ class RunnerFilesSnapshot:
         for relative, digest in self.hashes.items():
             path = self.root / relative
             if path.is_symlink() or not path.is_file():
-                path.unlink(missing_ok=True)
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
             elif hashlib.sha256(path.read_bytes()).hexdigest() == digest:
                 continue
             if relative in self.contents:
                 write_bytes_atomic(path, self.contents[relative])
             touched.append(relative)
         return sorted(touched)
+
+
+def same_file(handle: BinaryIO, path: Path) -> bool:
+    """Is ``path`` still, without following links, the file ``handle`` writes?"""
+    try:
+        on_disk = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle.fileno())
+    return stat.S_ISREG(on_disk.st_mode) and (on_disk.st_dev, on_disk.st_ino) == (opened.st_dev, opened.st_ino)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FAKE_CODEX = REPO / "tests" / "fake_codex" / "codex"
 STUB_CONTEXT = REPO / "containers" / "stub"
-STUB_TAG = "agentissue-runner-stub:pytest"
+# Per session, so that sessions sharing a daemon never remove each other's image.
+SESSION = uuid.uuid4().hex[:8]
+STUB_TAG = f"agentissue-runner-stub:pytest-{SESSION}"
 LABEL_MANAGED = "io.agentissue-runner.managed"
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -91,7 +94,13 @@ def stub_image(docker_client) -> Iterator[str]:
 
 
 def runner_containers(client) -> list:
-    return client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=true"})
+    """Runner containers made from this pid namespace: not those of other sandboxes on the daemon."""
+    from runner.owner import current_owner
+
+    here = current_owner()
+    labels = [f"{LABEL_MANAGED}=true", f"io.agentissue-runner.pid-namespace={here.pid_namespace}",
+              f"io.agentissue-runner.boot-id={here.boot_id}"]
+    return client.containers.list(all=True, filters={"label": labels})
 
 
 @pytest.fixture
@@ -147,7 +156,7 @@ def read_json(path: Path) -> dict:
 
 
 HOSTILE_CONTEXT = REPO / "containers" / "hostile"
-HOSTILE_TAG = "agentissue-runner-hostile:pytest"
+HOSTILE_TAG = f"agentissue-runner-hostile:pytest-{SESSION}"
 
 
 @pytest.fixture(scope="session")
@@ -183,6 +192,16 @@ class RunningCli:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             self.lines.append(line)
+
+    def wait_for_file(self, path: Path, timeout: float = 60) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not path.exists() and time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert path.exists(), f"{path.name} never appeared; stderr so far: {''.join(self.lines)[-2000:]}"
 
     def wait_for(self, event: str, *, phase: str | None = None, timeout: float = 120) -> None:
         import time

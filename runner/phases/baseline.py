@@ -1,20 +1,22 @@
 """baseline: one commit of the extracted tree, the reference the patch is taken against.
 
-Invariant: the baseline is the runner's own repository (the image's history was
-never extracted); a crash between commit and marker is recognised and reused.
+Invariants: the baseline lives in the runner's own git directory outside the
+agent's tree (see ``runner.gitops``); a half-made baseline (a crash between
+init and commit) is discarded and made again; the agent gets a repository of
+its own at the same commit.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
-from git import InvalidGitRepositoryError
+from git import BadName, InvalidGitRepositoryError, NoSuchPathError
 
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
-from runner.errors import BadInputError
-from runner.gitops import BASELINE_MESSAGE, init_repo, open_repo
-from runner.jobroot import BUGGY_SOURCE
+from runner.errors import PhaseError
+from runner.gitops import BASELINE_MESSAGE, give_agent_a_repository, init_baseline, open_baseline
 
 
 @dataclass(frozen=True)
@@ -24,23 +26,33 @@ class BaselineResult(PhaseResult):
     tracked_file_count: int = 0
 
 
+def _existing_baseline(ctx: JobContext) -> str | None:
+    """The commit of a whole baseline left by an earlier run, or None (half-made ones are removed)."""
+    git_dir = ctx.job.baseline_git_dir
+    if not git_dir.exists():
+        return None
+    try:
+        head = open_baseline(git_dir, ctx.job.buggy_source).head.commit
+        if head.message.strip() == BASELINE_MESSAGE and not head.parents:
+            return head.hexsha
+    except (InvalidGitRepositoryError, NoSuchPathError, BadName, ValueError):
+        pass  # no commit yet: the run stopped between init and commit
+    shutil.rmtree(git_dir)
+    return None
+
+
 def baseline(ctx: JobContext) -> BaselineResult:
-    """Raises: BadInputError when buggy-source holds a repository that is not our baseline."""
-    source = ctx.job.buggy_source
-    if (source / ".git").exists():
-        try:
-            repo = open_repo(source)
-            head = repo.head.commit
-        except (InvalidGitRepositoryError, ValueError) as e:
-            raise BadInputError(f"{BUGGY_SOURCE}/.git is not a usable repository; move it aside") from e
-        if head.message.strip() != BASELINE_MESSAGE or head.parents:
-            raise BadInputError(
-                f"{BUGGY_SOURCE}/ holds a git history that is not the runner's baseline; move it aside"
-            )
-    else:
-        repo = init_repo(source)
+    """Raises: PhaseError ``empty_source`` when there is no extracted tree to commit."""
+    job = ctx.job
+    source = job.buggy_source
+    if not source.is_dir() or not any(entry.name != ".git" for entry in source.iterdir()):
+        raise PhaseError("baseline", "empty_source", "buggy-source/ is missing or empty; rerun extract")
+    commit = _existing_baseline(ctx)
+    if commit is None:
+        repo = init_baseline(job.baseline_git_dir, source)
         repo.git.add("--all")  # git itself does the heavy adding; .gitignore is respected
         repo.git.commit("--no-verify", "--allow-empty", "-q", "-m", BASELINE_MESSAGE)
-        head = repo.head.commit
-    tracked = len(repo.git.ls_files("-z").split("\0")) - 1
-    return BaselineResult(baseline_commit=head.hexsha, tracked_file_count=max(tracked, 0))
+    repo = open_baseline(job.baseline_git_dir, source)
+    give_agent_a_repository(repo, job.baseline_git_dir, source)
+    tracked = repo.git.ls_files("-z").count("\0")
+    return BaselineResult(baseline_commit=repo.head.commit.hexsha, tracked_file_count=tracked)

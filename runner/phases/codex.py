@@ -24,11 +24,12 @@ from pathlib import Path
 import structlog
 
 from reducers.models import Phase
+from runner.atomic import open_private
 from runner.codex_usage import usage_from_events
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
-from runner.tamper import RunnerFilesSnapshot
+from runner.tamper import RunnerFilesSnapshot, same_file
 
 log = structlog.get_logger(__name__)
 
@@ -88,21 +89,21 @@ def _kill_group(pgid: int) -> None:
 def codex(ctx: JobContext) -> CodexResult:
     """Raises: CodexNotFoundError; PhaseError on a non-zero exit or the deadline."""
     settings, job = ctx.settings, ctx.job
-    prompt = read_prompt(ctx)
+    read_prompt(ctx)  # refuses a missing, empty or placeholder prompt
     codex_path = shutil.which(settings.codex_bin)
     if codex_path is None:
         raise CodexNotFoundError(settings.codex_bin)
-    job.logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
     job.last_message.unlink(missing_ok=True)
     argv = codex_argv(codex_path, job.buggy_source, job.last_message)
-    snapshot = RunnerFilesSnapshot.capture(job.root)
+    own_logs = frozenset(job.relative(path) for path in (stdout_path, stderr_path))
+    snapshot = RunnerFilesSnapshot.capture(job.root, skip=own_logs)
     started = time.monotonic()
     timed_out = False
-    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+    with job.prompt.open("rb") as prompt_file, open_private(stdout_path) as out, open_private(stderr_path) as err:
         child = subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE,
+            stdin=prompt_file,  # a file, not a pipe: the deadline runs from the start, whatever codex reads
             stdout=out,
             stderr=err,
             cwd=job.buggy_source,
@@ -111,11 +112,6 @@ def codex(ctx: JobContext) -> CodexResult:
         )
         log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout)
         try:
-            try:
-                child.stdin.write(prompt)  # type: ignore[union-attr]
-                child.stdin.close()  # type: ignore[union-attr]
-            except BrokenPipeError:
-                pass  # codex exited without reading the prompt; its exit code tells why
             try:
                 exit_code = child.wait(timeout=settings.codex_timeout)
             except subprocess.TimeoutExpired:
@@ -127,6 +123,19 @@ def codex(ctx: JobContext) -> CodexResult:
             if child.poll() is None:
                 child.wait()
             tampered = snapshot.restore()
+            for path, handle in ((stdout_path, out), (stderr_path, err)):
+                if not same_file(handle, path):
+                    tampered.append(job.relative(path))
+                    path.unlink(missing_ok=True)  # no longer the runner's log: never read it
+    if tampered:
+        raise PhaseError(
+            "codex",
+            "codex_wrote_runner_files",
+            f"codex changed {len(tampered)} of the runner's files (first: {sorted(tampered)[0]}); "
+            "they were restored or removed and the attempt is not trusted",
+            exit_code=exit_code,
+            details={"runner_files_touched": len(tampered), "timed_out": timed_out},
+        )
     usage = usage_from_events(stdout_path)
     result = CodexResult(
         exit_code=exit_code,
@@ -143,16 +152,6 @@ def codex(ctx: JobContext) -> CodexResult:
         output_tokens=usage.output_tokens,
         turns=usage.turns,
     )
-    if tampered:
-        log.warning("codex_wrote_runner_files", count=len(tampered))
-        raise PhaseError(
-            "codex",
-            "codex_wrote_runner_files",
-            f"codex changed {len(tampered)} of the runner's files (first: {tampered[0]}); "
-            "they were restored and the attempt is not trusted",
-            exit_code=exit_code,
-            details={**result.details(), "runner_files_touched": len(tampered)},
-        )
     if result.reason != "ok":
         message = (
             f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group"

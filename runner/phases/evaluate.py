@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 import structlog
 
 from reducers.models import Phase
+from runner.atomic import open_private
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.docker_utils import ensure_image, managed_container, run_exec
 from runner.errors import PhaseError
@@ -77,7 +78,7 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
     ensure_image(client, image_id, allow_pull=False)
     apply_log, test_log = job.logs / APPLY_LOG, job.logs / TEST_LOG
     for path in (apply_log, test_log):
-        path.write_bytes(b"")
+        open_private(path).close()  # truncated, and never a link the agent planted
     test_exit: int | None = None
     with managed_container(
         client,

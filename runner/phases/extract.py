@@ -12,14 +12,17 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
 from docker.errors import NotFound
 
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
 from runner.docker_utils import archive_stream, ensure_image, image_identity, managed_container
-from runner.errors import BadInputError, PhaseError
+from runner.errors import BadInputError, PhaseError, SourceDirMissingError
 from runner.jobroot import BUGGY_SOURCE
 from runner.safe_extract import extract_tree
+
+log = structlog.get_logger(__name__)
 
 SCRATCH_PREFIX = ".buggy-source.partial"
 # Files an empty checked-in placeholder may hold; anything else means work is there.
@@ -48,7 +51,7 @@ def _refuse_occupied(target: Path) -> None:
 
 
 def extract(ctx: JobContext) -> ExtractResult:
-    """Raises: BadInputError, EnvironmentNotReadyError, PhaseError (source dir missing, empty tree)."""
+    """Raises: BadInputError, EnvironmentNotReadyError (source dir missing), PhaseError (empty tree)."""
     settings, job = ctx.settings, ctx.job
     target = job.buggy_source
     _refuse_occupied(target)
@@ -65,11 +68,8 @@ def extract(ctx: JobContext) -> ExtractResult:
             try:
                 stream = archive_stream(container, settings.source_dir)
             except NotFound as e:
-                raise PhaseError(
-                    "extract",
-                    "source_dir_missing",
-                    "the image has no buggy-source directory at the configured path; check --source-dir",
-                ) from e
+                raise SourceDirMissingError() from e
+            log.info("archive_stream_opened")
             with stream:
                 stats = extract_tree(stream, scratch)
         if stats.files == 0:

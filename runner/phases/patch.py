@@ -16,7 +16,7 @@ from reducers.models import Phase
 from runner.atomic import write_bytes_atomic
 from runner.context import JobContext, PhaseResult
 from runner.errors import PhaseError
-from runner.gitops import open_repo
+from runner.gitops import open_baseline
 
 DIFF_OPTIONS = (
     "--binary",
@@ -44,7 +44,7 @@ class PatchResult(PhaseResult):
 
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     """Raises: PhaseError ``empty_patch`` when the tree equals the baseline."""
-    repo = open_repo(ctx.job.buggy_source)
+    repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
     repo.git.add("--all")  # stage new files too; .gitignore decides what is left out
     numstat = repo.git.diff("--cached", "--numstat", "-z", "--no-renames", baseline_commit)
     status = repo.git.diff("--cached", "--name-status", "-z", "--no-renames", baseline_commit)
@@ -55,7 +55,7 @@ def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     codes = status.split("\0")[0::2]
     if not entries:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
-    write_bytes_atomic(ctx.job.patch, text)
+    write_bytes_atomic(ctx.job.patch, text, mode=0o600)
     hunks = sum(1 for line in text.split(b"\n") if line.startswith(b"@@ "))
     return PatchResult(
         patch_sha256=hashlib.sha256(text).hexdigest(),

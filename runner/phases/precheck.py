@@ -15,31 +15,29 @@ from dataclasses import dataclass, field
 import docker
 from docker.errors import DockerException
 from pydantic import BaseModel, ConfigDict
+from requests.exceptions import RequestException
 
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
 from runner.docker_utils import connect, ensure_image, image_identity, managed_container
-from runner.errors import (
-    CodexNotFoundError,
-    EnvironmentNotReadyError,
-    ImageMissingError,
-    RunnerError,
-)
+from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError
 from runner.settings import RunnerSettings
 
 VERSION_TIMEOUT = 30
 PROBE_TIMEOUT = 120
 # Exit-code bits of the layout probe, so each check gets its own answer from one container.
+# As the reference does, the scripts must hold the case branches "apply_patch)" and "test_patched)".
 _PROBE_SCRIPT = (
     'rc=0; [ -d "$1" ] || rc=$((rc|1)); '
-    'grep -q "apply_patch" "$2" 2>/dev/null || rc=$((rc|2)); '
-    'grep -q "test_patched" "$2" 2>/dev/null || rc=$((rc|4)); exit $rc'
+    '[ -z "$2" ] || grep -q "apply_patch)" "$2" 2>/dev/null || rc=$((rc|2)); '
+    '[ -z "$3" ] || grep -q "test_patched)" "$3" 2>/dev/null || rc=$((rc|4)); exit $rc'
 )
 _PROBE_BITS = {
     "image_has_source_dir": (1, "the buggy-source directory is missing in the image; check --source-dir"),
-    "entrypoint_knows_apply_patch": (2, "the entry script does not know apply_patch; check --apply-cmd"),
-    "entrypoint_knows_test_patched": (4, "the entry script does not know test_patched; check --test-cmd"),
+    "entrypoint_knows_apply_patch": (2, "the apply script has no apply_patch) branch; check --apply-cmd"),
+    "entrypoint_knows_test_patched": (4, "the test script has no test_patched) branch; check --test-cmd"),
 }
+CHECK_NAMES = ("codex_binary", "docker_daemon", "image_present", *_PROBE_BITS)
 _VERSION_TEXT = re.compile(r"[^A-Za-z0-9 ._+-]")
 
 
@@ -92,15 +90,31 @@ def codex_version(codex_bin: str) -> str:
     return _VERSION_TEXT.sub("", first_line[0])[:64] if first_line else "unknown"
 
 
+def script_calling(command: str, subcommand: str) -> str | None:
+    """The script a command runs ``subcommand`` with (``... script.sh test_patched``), if it does.
+
+    A custom command that never calls the entry script's subcommand has nothing to probe.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for before, word in zip(words, words[1:]):
+        if word.rstrip(";") == subcommand:
+            return before
+    return None
+
+
 def _probe_layout(
     client: docker.DockerClient, settings: RunnerSettings, image_id: str, labels: dict[str, str]
 ) -> int:
-    entry_script = shlex.split(settings.apply_cmd)[0]
+    apply_script = script_calling(settings.apply_cmd, "apply_patch") or ""
+    test_script = script_calling(settings.test_cmd, "test_patched") or ""
     with managed_container(
         client,
         image=image_id,
         labels=labels,
-        entrypoint=["/bin/sh", "-c", _PROBE_SCRIPT, "probe", settings.source_dir, entry_script],
+        entrypoint=["/bin/sh", "-c", _PROBE_SCRIPT, "probe", settings.source_dir, apply_script, test_script],
         command=[],
         network_disabled=True,
     ) as container:
@@ -109,8 +123,39 @@ def _probe_layout(
     return int(status.get("StatusCode", 255))
 
 
-def run_precheck(settings: RunnerSettings, *, labels: dict[str, str]) -> PrecheckReport:
-    """Every check, each with its own answer; never raises for an unhealthy host."""
+def _docker_checks(
+    client: docker.DockerClient, settings: RunnerSettings, labels: dict[str, str]
+) -> tuple[list[Check], str | None]:
+    """image_present, then the layout checks; each failure lands under its own check."""
+    try:
+        image = ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull)
+    except EnvironmentNotReadyError as e:  # missing, or the allowed pull failed
+        return [Check(name="image_present", ok=False, detail=str(e))], None
+    image_id, _digest = image_identity(image)
+    checks = [Check(name="image_present", ok=True, detail=f"{settings.resolved_image} present")]
+    try:
+        bits = _probe_layout(client, settings, image_id, labels)
+    except (DockerException, RequestException) as e:
+        detail = f"the layout probe container failed ({type(e).__name__}); see the Docker daemon's log"
+        return checks + [Check(name=name, ok=False, detail=detail) for name in _PROBE_BITS], image_id
+    unprobed = {
+        "entrypoint_knows_apply_patch": script_calling(settings.apply_cmd, "apply_patch") is None,
+        "entrypoint_knows_test_patched": script_calling(settings.test_cmd, "test_patched") is None,
+    }
+    for name, (bit, problem) in _PROBE_BITS.items():
+        ok = not bits & bit
+        detail = "not probed: the command calls no entry script subcommand" if unprobed.get(name) else "yes"
+        checks.append(Check(name=name, ok=ok, detail=detail if ok else problem))
+    return checks, image_id
+
+
+def run_precheck(
+    settings: RunnerSettings, *, labels: dict[str, str], client: docker.DockerClient | None = None
+) -> PrecheckReport:
+    """Every check, each with its own answer; never raises for an unhealthy host.
+
+    ``client``: the caller's Docker client, when it has one; otherwise one is made and closed.
+    """
     checks: list[Check] = []
     version: str | None = None
     image_id: str | None = None
@@ -119,27 +164,19 @@ def run_precheck(settings: RunnerSettings, *, labels: dict[str, str]) -> Prechec
         checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {version}"))
     except CodexNotFoundError as e:
         checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
-    client: docker.DockerClient | None = None
+    own_client = client is None
     try:
-        client = connect()
+        if client is None:
+            client = connect()
         checks.append(Check(name="docker_daemon", ok=True, detail="the daemon answers"))
-        image = ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull)
-        image_id, _digest = image_identity(image)
-        checks.append(Check(name="image_present", ok=True, detail=f"{settings.resolved_image} present"))
-        bits = _probe_layout(client, settings, image_id, labels)
-        for name, (bit, problem) in _PROBE_BITS.items():
-            ok = not bits & bit
-            checks.append(Check(name=name, ok=ok, detail="yes" if ok else problem))
-    except ImageMissingError as e:
-        checks.append(Check(name="image_present", ok=False, detail=str(e)))
-    except RunnerError as e:
+        docker_checks, image_id = _docker_checks(client, settings, labels)
+        checks += docker_checks
+    except DockerUnavailableError as e:
         checks.append(Check(name="docker_daemon", ok=False, detail=str(e)))
-    except DockerException as e:
-        checks.append(Check(name="image_layout_probe", ok=False, detail=f"the probe container failed ({type(e).__name__})"))
     finally:
-        if client is not None:
+        if own_client and client is not None:
             client.close()
-    healthy = all(check.ok for check in checks) and len(checks) == 2 + 1 + len(_PROBE_BITS)
+    healthy = all(check.ok for check in checks) and [c.name for c in checks] == list(CHECK_NAMES)
     return PrecheckReport(healthy=healthy, checks=checks, codex_version=version, image_id=image_id)
 
 
@@ -149,7 +186,11 @@ def precheck(ctx: JobContext) -> PrecheckResult:
     Raises:
         EnvironmentNotReadyError: with the failed check's actionable message.
     """
-    report = run_precheck(ctx.settings, labels=ctx.labels(Phase.PRECHECK))
+    try:
+        client = ctx.docker()
+    except DockerUnavailableError:
+        client = None  # reported by the docker_daemon check, with the others
+    report = run_precheck(ctx.settings, labels=ctx.labels(Phase.PRECHECK), client=client)
     failed = report.first_failure()
     if failed is not None:
         raise EnvironmentNotReadyError(failed.detail, reason=f"precheck_{failed.name}")

@@ -13,6 +13,7 @@ from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
 from runner.errors import BadInputError
 from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
+from runner.settings import RunnerSettings
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,12 @@ class PrepareResult(PhaseResult):
     image: str = ""
     prompt_sha256: str = ""
     prompt_bytes: int = 0
+    source_dir_sha256: str = ""
+
+
+def source_dir_digest(settings: RunnerSettings) -> str:
+    """What the job root was extracted from, recorded without putting a container path in a marker."""
+    return hashlib.sha256(settings.source_dir.encode()).hexdigest()
 
 
 def read_prompt(ctx: JobContext) -> bytes:
@@ -47,4 +54,5 @@ def prepare(ctx: JobContext) -> PrepareResult:
         image=ctx.settings.resolved_image,
         prompt_sha256=hashlib.sha256(data).hexdigest(),
         prompt_bytes=len(data),
+        source_dir_sha256=source_dir_digest(ctx.settings),
     )

@@ -133,6 +133,19 @@ def test_codex_flooding_output_goes_to_the_log(tmp_path: Path, stub_image: str) 
     assert usage.ru_maxrss < 200 * 1024, f"a child peaked at {usage.ru_maxrss} KiB"
 
 
+def test_codex_planting_links_in_the_logs_cannot_redirect_the_runner(tmp_path: Path, stub_image: str) -> None:
+    job = make_job_root(tmp_path, "fake-codex-mode: plant-links\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("host file\n")
+    before = _snapshot_outside(tmp_path, job)
+    done = run_cli("--execute", *stub_args(job, stub_image))
+    assert done.returncode == 1, done.stderr
+    assert _marker(job, "codex")["reason"] == "codex_wrote_runner_files"
+    assert victim.read_text() == "host file\n"
+    assert not any(p.is_symlink() for p in (job / "logs").iterdir())
+    assert _snapshot_outside(tmp_path, job) == before
+
+
 def test_codex_writing_the_runners_files_is_caught_and_undone(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path, "fake-codex-mode: tamper\n")
     prompt = (job / "context" / "prompt.md").read_bytes()
@@ -197,8 +210,7 @@ def test_code_under_test_cannot_forge_a_pass(tmp_path: Path, stub_image: str) ->
 def test_interrupt_during_codex_then_resume(tmp_path: Path, stub_image: str, signum: int) -> None:
     job = make_job_root(tmp_path, "fake-codex-mode: hang\n")
     running = RunningCli("--execute", *stub_args(job, stub_image))
-    running.wait_for("codex_started")
-    time.sleep(0.5)
+    running.wait_for_file(job / "buggy-source" / "hang.pid")
     running.process.send_signal(signum)
     code, _, stderr = running.finish()
     assert code == 130, stderr
@@ -242,8 +254,7 @@ def test_interrupt_during_extract_leaves_no_tree_and_no_container(
     args = ["--job-root", str(job_root), "--tag", "big", "--image", hostile_image,
             "--codex-bin", str(FAKE_CODEX), "--source-dir", "/app/big"]
     running = RunningCli("--execute", *args)
-    running.wait_for("phase_started", phase="extract")
-    time.sleep(0.8)
+    running.wait_for("archive_stream_opened")
     running.process.send_signal(signum)
     code, _, stderr = running.finish()
     assert code == 130, stderr
@@ -251,6 +262,11 @@ def test_interrupt_during_extract_leaves_no_tree_and_no_container(
     assert not (job_root / "buggy-source").exists()
     assert not list(job_root.glob(".buggy-source.partial*"))
     assert runner_containers(docker_client) == []
+    # The rerun resumes at extract and gets the whole tree.
+    done = run_cli("--execute", *args)
+    assert _marker(job_root, "extract")["status"] == "ok", done.stderr
+    assert _marker(job_root, "extract")["details"]["file_count"] == 20001
+    assert _marker(job_root, "precheck")["started_at"] < _marker(job_root, "extract")["started_at"]
 
 
 def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(

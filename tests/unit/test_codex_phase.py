@@ -107,3 +107,12 @@ def test_the_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
 def test_a_missing_binary_is_an_environment_error(tmp_path: Path) -> None:
     with pytest.raises(CodexNotFoundError, match="--codex-bin"):
         codex(_ctx(tmp_path, tmp_path / "absent"))
+
+
+def test_a_large_prompt_never_delays_the_deadline(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, _script(tmp_path, "sleep 300\n"), prompt="x" * 400_000 + "\n", codex_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(PhaseError) as caught:
+        codex(ctx)
+    assert caught.value.reason == "codex_timeout"
+    assert time.monotonic() - started < 10

@@ -99,3 +99,17 @@ def test_the_archive_is_read_as_a_stream(tmp_path: Path) -> None:
     data = _tar(("src", "dir"), *[(f"src/f{i}", "file", b"y" * 5000) for i in range(20)]).getvalue()
     stats = extract_tree(ForwardOnly(data), tmp_path / "out")  # type: ignore[arg-type]
     assert stats.files == 20
+
+
+def test_an_in_tree_hard_link_comes_out_and_one_into_the_history_is_refused(tmp_path: Path) -> None:
+    stats = extract_tree(
+        _tar(("src", "dir"), ("src/a.txt", "file", b"shared\n"), ("src/b.txt", "hard", "src/a.txt")),
+        tmp_path / "ok",
+    )
+    assert (tmp_path / "ok" / "b.txt").read_text() == "shared\n" and stats.files == 2
+    with pytest.raises(UnsafeArchiveError, match="hard link"):
+        extract_tree(
+            _tar(("src", "dir"), ("src/.git", "dir"), ("src/.git/config", "file", b"x"),
+                 ("src/c", "hard", "src/.git/config")),
+            tmp_path / "bad",
+        )
