@@ -113,3 +113,21 @@ def test_an_in_tree_hard_link_comes_out_and_one_into_the_history_is_refused(tmp_
                  ("src/c", "hard", "src/.git/config")),
             tmp_path / "bad",
         )
+
+
+@pytest.mark.parametrize(
+    ("entries", "why"),
+    [
+        # A link that looks inside by its text but climbs out through another link.
+        ((("src/c", "sym", "."), ("src/d", "dir"), ("src/d/l", "sym", "../c/..")), "LinkOutsideDestinationError"),
+        # A link made harmless-looking first, then the link it goes through.
+        ((("src/l1", "sym", "y/.."), ("src/y", "sym", ".")), "LinkOutsideDestinationError"),
+        # An entry under a link: it would be written wherever the link points.
+        ((("src/sub", "dir"), ("src/l", "sym", "sub"), ("src/l/evil", "file", b"x")), "a directory where"),
+        # The same name twice: the second could replace the first with a link.
+        ((("src/a", "file", b"1"), ("src/a", "sym", "b")), "occurs twice"),
+    ],
+)
+def test_link_tricks_are_refused(tmp_path: Path, entries: tuple, why: str) -> None:
+    with pytest.raises(UnsafeArchiveError, match=why):
+        extract_tree(_tar(("src", "dir"), *entries), tmp_path / "out")
