@@ -26,6 +26,7 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.images import Image
+from requests.exceptions import RequestException
 
 from runner.errors import DockerUnavailableError, EnvironmentNotReadyError, ImageMissingError
 from runner.owner import Owner, current_owner
@@ -231,44 +232,88 @@ class ExecOutcome:
     output_bytes: int
 
 
+def _open_log(log_path: Path) -> IO[bytes]:
+    """Append to a private log created by the caller; never through a link."""
+    return os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab")
+
+
+def _kill(container: Container, signal: str = "SIGKILL") -> None:
+    try:
+        container.kill(signal=signal)
+    except (NotFound, APIError):
+        pass  # already stopped or gone: nothing left to signal
+
+
 def run_exec(
     container: Container, argv: list[str], *, deadline: float, log_path: Path
 ) -> ExecOutcome:
     """Run ``argv`` in a running container, output to ``log_path``, killed at ``deadline``.
 
     ``deadline`` is a ``time.monotonic()`` instant; on expiry the whole container is
-    killed, which ends the command and anything it started.
+    killed, which ends the command and anything it started. The end of the output
+    stream says the command is done, so no polling delay is added to a quick command.
     """
     api = container.client.api
     exec_id = api.exec_create(container.id, argv, stdout=True, stderr=True)["Id"]
     stream = api.exec_start(exec_id, stream=True)
     written = 0
+    output_closed = threading.Event()
 
     def pump() -> None:
         nonlocal written
-        with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab") as sink:
-            try:
+        try:
+            with _open_log(log_path) as sink:
                 for chunk in stream:
                     sink.write(chunk)
                     written += len(chunk)
-            except (DockerException, OSError, ValueError):
-                pass  # the stream ends abruptly when the container is killed at the deadline
+        except (DockerException, RequestException, OSError, ValueError):
+            pass  # the stream ends abruptly when the container is killed at the deadline
+        finally:
+            output_closed.set()
 
     pumper = threading.Thread(target=pump, name="exec-output", daemon=True)
     pumper.start()
     timed_out = False
     while True:
-        info = api.exec_inspect(exec_id)
-        if not info.get("Running"):
+        remaining = deadline - time.monotonic()
+        if output_closed.wait(timeout=max(0.0, min(remaining, 0.5))) and not api.exec_inspect(exec_id).get("Running"):
             break
         if time.monotonic() >= deadline:
             timed_out = True
-            try:
-                container.kill()
-            except (NotFound, APIError):
-                pass  # already gone: nothing left to stop
+            _kill(container)
             break
-        time.sleep(0.1)
+        if output_closed.is_set():
+            time.sleep(0.05)  # output closed, process still running: rare, poll gently
     pumper.join(timeout=10)
     exit_code = None if timed_out else api.exec_inspect(exec_id).get("ExitCode")
     return ExecOutcome(exit_code=exit_code, timed_out=timed_out, output_bytes=written)
+
+
+def wait_main_process(container: Container, *, deadline: float) -> ExecOutcome:
+    """Wait for the container's own process; its exit code comes from the daemon."""
+    try:
+        status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except RequestException:  # the wait timed out: the deadline passed
+        _kill(container)
+        return ExecOutcome(exit_code=None, timed_out=True, output_bytes=0)
+    return ExecOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False, output_bytes=0)
+
+
+def save_logs(container: Container, log_path: Path) -> int:
+    """The main process's output, streamed into ``log_path``; returns the byte count."""
+    written = 0
+    with _open_log(log_path) as sink:
+        for chunk in container.logs(stdout=True, stderr=True, stream=True, follow=False):
+            sink.write(chunk)
+            written += len(chunk)
+    return written
+
+
+def wait_for_output(container: Container, text: str, *, deadline: float) -> bool:
+    """Has the container's own process written ``text`` (to stdout or stderr) before ``deadline``?"""
+    needle = text.encode()
+    while time.monotonic() < deadline:
+        if needle in container.logs(stdout=True, stderr=True, tail=20):
+            return True
+        time.sleep(0.01)
+    return False

@@ -10,7 +10,7 @@ from typing import Any
 from reducers.models import PHASE_ORDER, Phase
 from runner import jobroot
 from runner.phases.codex import codex_argv
-from runner.phases.evaluate import IDLE_ENTRYPOINT
+from runner.phases.evaluate import GATE_READY
 from runner.settings import PATCH_IN_CONTAINER, RunnerSettings
 
 _WHAT = {
@@ -23,8 +23,8 @@ _WHAT = {
     Phase.CODEX: "codex exec with the prompt on stdin, in buggy-source only, allowlisted environment, "
     "process-group deadline",
     Phase.PATCH: "diff of the work tree (new files included) against the baseline, for patch -p1",
-    Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; "
-    "apply then test in the same container, exit codes from the daemon; remove",
+    Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; apply by exec, then "
+    "the test as the container's own process (released by SIGUSR1), exit codes from the daemon; remove",
     Phase.REDUCE: "markers to the compact public JSON, each through the public guard",
 }
 
@@ -35,10 +35,11 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         Phase.CODEX: codex_argv(settings.codex_bin, jobroot.BUGGY_SOURCE, jobroot.LAST_MESSAGE),  # type: ignore[arg-type]
         Phase.EXTRACT: ["containers.create", settings.resolved_image, "get_archive", settings.source_dir],
         Phase.EVALUATE: [
-            ["containers.create", settings.resolved_image, "entrypoint", *IDLE_ENTRYPOINT],
+            ["containers.create", settings.resolved_image, "entrypoint", "/bin/sh", "-c", "<gate>", settings.test_cmd],
             ["put_archive", "/", PATCH_IN_CONTAINER],
+            ["start", "wait for output", GATE_READY],
             ["exec", "bash", "-c", settings.apply_cmd],
-            ["exec", "bash", "-c", settings.test_cmd],
+            ["kill", "SIGUSR1", "then wait: the gate runs", "bash", "-c", settings.test_cmd],
         ],
     }
     return {

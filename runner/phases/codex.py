@@ -90,9 +90,10 @@ def codex(ctx: JobContext) -> CodexResult:
     """Raises: CodexNotFoundError; PhaseError on a non-zero exit or the deadline."""
     settings, job = ctx.settings, ctx.job
     read_prompt(ctx)  # refuses a missing, empty or placeholder prompt
-    codex_path = shutil.which(settings.codex_bin)
-    if codex_path is None:
+    found = shutil.which(settings.codex_bin)
+    if found is None:
         raise CodexNotFoundError(settings.codex_bin)
+    codex_path = os.path.abspath(found)  # codex runs in buggy-source: a relative path would miss
     stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
     job.last_message.unlink(missing_ok=True)
     argv = codex_argv(codex_path, job.buggy_source, job.last_message)

@@ -116,3 +116,13 @@ def test_a_large_prompt_never_delays_the_deadline(tmp_path: Path) -> None:
         codex(ctx)
     assert caught.value.reason == "codex_timeout"
     assert time.monotonic() - started < 10
+
+
+def test_a_relative_codex_bin_is_found_from_where_the_runner_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _script(tmp_path, "cat > stdin.txt\n")
+    monkeypatch.chdir(tmp_path)
+    ctx = _ctx(tmp_path, f"./{script.name}")
+    assert codex(ctx).exit_code == 0
+    assert (ctx.job.buggy_source / "stdin.txt").read_text() == "Fix it.\n"

@@ -1,0 +1,305 @@
+"""The runner's benchmark: its own overhead against the reference's CLI way, measured in one run.
+
+    python bench/run_bench.py                 # 1,000 / 20,000 / 100,000-file trees (about 1 GB)
+    python bench/run_bench.py --quick         # 1,000 / 20,000 only, fewer repeats
+
+Prints each figure and each ratio (runner / CLI baseline, lower is better) and writes them as
+JSON (``--output``). Needs a Docker Engine and the stub image's base (see containers/README.md).
+Trees are written under ``--scratch`` (tmpfs by default, so disk noise does not decide a ratio).
+Runner timings are taken inside a child process around the phase calls (its interpreter start
+and imports are reported apart, once per run, not per phase); CLI timings are wall times of the
+commands. Each figure is the best of ``--repeat`` runs, alternating which way goes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+STUB_IMAGE = "agentissue-runner-stub:bench"
+FAKE_CODEX = REPO / "tests" / "fake_codex" / "codex"
+# files -> MB of binary blobs; text files average 4 KiB, so the largest tree is about 1 GB.
+TREES = {1000: 4, 20000: 50, 100000: 600}
+GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def sh(*argv: str, cwd: Path | None = None, stdout=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=GIT_ENV, check=True, stdout=stdout, stderr=subprocess.PIPE)
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+# --- the child: the runner's own phases, in-process ------------------------------------------
+
+def child(mode: str, args: list[str]) -> None:
+    """Run the runner's phases and print one JSON line of figures."""
+    started_import = time.perf_counter()
+    from runner.context import JobContext
+    from runner.jobroot import JobRoot
+    from runner.logs import configure_logging
+    from runner.settings import load_settings
+
+    configure_logging(json_lines=True, level=40)
+    import_seconds = time.perf_counter() - started_import
+    if mode == "extract":
+        from runner.phases.baseline import baseline
+        from runner.phases.extract import extract
+
+        image, root = args
+        ctx = JobContext(settings=load_settings(tag="bench", image=image), job=JobRoot.at(Path(root), "bench"))
+        ctx.job.root.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        result = extract(ctx)
+        t1 = time.perf_counter()
+        baseline(ctx)
+        t2 = time.perf_counter()
+        ctx.close()
+        figures = {"extract_seconds": t1 - t0, "baseline_seconds": t2 - t1, "seconds": t2 - t0,
+                   "files": result.file_count, "bytes": result.byte_count}
+    elif mode == "patch":
+        from runner.phases.patch import export_patch
+
+        root, commit = args
+        ctx = JobContext(settings=load_settings(tag="bench"), job=JobRoot.at(Path(root), "bench"))
+        t0 = time.perf_counter()
+        result = export_patch(ctx, commit)
+        figures = {"seconds": time.perf_counter() - t0, "changed_files": result.changed_file_count}
+    elif mode == "evaluate":
+        from runner.phases.evaluate import evaluate
+
+        image, root, repeat = args[0], args[1], int(args[2])
+        settings = load_settings(tag="bench", image=image, apply_cmd="true", test_cmd="true")
+        ctx = JobContext(settings=settings, job=JobRoot.at(Path(root), "bench"))
+        ctx.job.patch.parent.mkdir(parents=True, exist_ok=True)
+        ctx.job.patch.write_text("--- a/x\n+++ b/x\n")
+        image_id = ctx.docker().images.get(image).id
+        runs = [timed(lambda: evaluate(ctx, image_id)) for _ in range(repeat)]
+        ctx.close()
+        figures = {"runs": runs}
+    else:
+        raise SystemExit(f"unknown child mode {mode}")
+    figures["import_seconds"] = import_seconds
+    figures["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(figures))
+
+
+def run_child(mode: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", mode, *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench child {mode} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- images ------------------------------------------------------------------------------------
+
+def build_images(sizes: list[int]) -> dict[int, str]:
+    import docker
+
+    client = docker.from_env()
+    base = os.environ.get("STUB_BASE_IMAGE") or "runner-base:bookworm"
+    print(f"building {STUB_IMAGE} from {base}", flush=True)
+    client.images.build(path=str(REPO / "containers" / "stub"), tag=STUB_IMAGE, buildargs={"BASE_IMAGE": base})
+    images = {}
+    for files in sizes:
+        tag = f"agentissue-runner-bench:{files}"
+        started = time.perf_counter()
+        client.images.build(
+            path=str(REPO / "bench"), dockerfile="Dockerfile.synthetic", tag=tag,
+            buildargs={"BASE_IMAGE": STUB_IMAGE, "FILES": str(files), "BINARY_MB": str(TREES[files])},
+        )
+        print(f"built {tag} ({files} files, {TREES[files]} MB binary) in {time.perf_counter() - started:.1f} s", flush=True)
+        images[files] = tag
+    client.close()
+    return images
+
+
+# --- the reference's CLI way -------------------------------------------------------------------
+
+def cli_extract_and_baseline(image: str, dest: Path) -> float:
+    dest.mkdir(parents=True)
+
+    def run() -> None:
+        container = sh("docker", "create", image, stdout=subprocess.PIPE).stdout.decode().strip()
+        try:
+            sh("docker", "cp", f"{container}:/app/source_code_buggy/.", str(dest))
+        finally:
+            sh("docker", "rm", container)
+        sh("git", "init", "-q", cwd=dest)
+        sh("git", "add", ".", cwd=dest)
+        sh("git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "commit", "-qm", "baseline", cwd=dest)
+
+    return timed(run)
+
+
+def touch_100_files(tree: Path) -> None:
+    sources = sorted(tree.glob("pkg000/mod*/file*.py"))[:99]
+    for path in sources:
+        with path.open("a") as handle:
+            handle.write("# changed by the benchmark\n")
+    (tree / "pkg000" / "added_by_bench.py").write_text("ADDED = True\n")
+
+
+# --- the measurements --------------------------------------------------------------------------
+
+def measure_extract(images: dict[int, str], scratch: Path, repeat: int) -> dict:
+    results = {}
+    for files, image in images.items():
+        runner_runs, cli_runs, rss, imports = [], [], [], []
+        for attempt in range(repeat):
+            order = ("runner", "cli") if attempt % 2 == 0 else ("cli", "runner")
+            for way in order:
+                dest = scratch / f"{way}-{files}"
+                shutil.rmtree(dest, ignore_errors=True)
+                if way == "runner":
+                    figures = run_child("extract", image, str(dest))
+                    runner_runs.append(figures["seconds"])
+                    rss.append(figures["peak_rss_mib"])
+                    imports.append(figures["import_seconds"])
+                else:
+                    cli_runs.append(cli_extract_and_baseline(image, dest))
+        results[files] = {
+            "runner_seconds": min(runner_runs),
+            "cli_seconds": min(cli_runs),
+            "ratio": min(runner_runs) / min(cli_runs),
+            "runner_peak_rss_mib": max(rss),
+            "runner_import_seconds": min(imports),
+        }
+        print(f"extract+baseline {files:>6} files: runner {min(runner_runs):6.2f} s  cli {min(cli_runs):6.2f} s  "
+              f"ratio {results[files]['ratio']:.2f}  runner peak RSS {max(rss):.0f} MiB", flush=True)
+    return results
+
+
+def measure_patch(scratch: Path, files: int) -> dict:
+    runner_tree, cli_tree = scratch / f"runner-{files}", scratch / f"cli-{files}"
+    touch_100_files(runner_tree / "buggy-source")
+    touch_100_files(cli_tree)
+    commit = subprocess.run(
+        ["git", "--git-dir", str(runner_tree / ".baseline.git"), "rev-parse", "HEAD"],
+        capture_output=True, text=True, check=True, env=GIT_ENV,
+    ).stdout.strip()
+    runner = run_child("patch", str(runner_tree), commit)
+
+    def cli() -> None:
+        sh("git", "add", "-A", cwd=cli_tree)
+        with (scratch / "cli.patch").open("wb") as out:
+            subprocess.run(["git", "diff", "--cached", "--binary", "HEAD"], cwd=cli_tree, env=GIT_ENV,
+                           stdout=out, check=True)
+
+    cli_seconds = timed(cli)
+    result = {"files_changed": runner["changed_files"], "runner_seconds": runner["seconds"],
+              "cli_seconds": cli_seconds, "ratio": runner["seconds"] / cli_seconds}
+    print(f"patch export, 100 files changed in {files}: runner {runner['seconds']:.3f} s  "
+          f"cli {cli_seconds:.3f} s  ratio {result['ratio']:.2f}", flush=True)
+    return result
+
+
+def measure_evaluate(scratch: Path, repeat: int) -> dict:
+    patch_dir = scratch / "patches"
+    patch_dir.mkdir(exist_ok=True)
+    (patch_dir / "attempt.patch").write_text("--- a/x\n+++ b/x\n")
+    cli_runs = []
+    runner_runs: list[float] = []
+    for attempt in range(2):
+        if attempt == 0:
+            runner_runs += run_child("evaluate", STUB_IMAGE, str(scratch / "eval-job"), str(repeat))["runs"]
+        for _ in range(repeat):
+            cli_runs.append(timed(lambda: sh(
+                "docker", "run", "--rm", "--entrypoint", "bash", "-v", f"{patch_dir}:/patches:ro",
+                STUB_IMAGE, "-c", "true && true",
+            )))
+        if attempt == 1:
+            runner_runs += run_child("evaluate", STUB_IMAGE, str(scratch / "eval-job"), str(repeat))["runs"]
+    runner, cli = statistics.median(runner_runs), statistics.median(cli_runs)
+    result = {"runner_seconds": runner, "cli_seconds": cli, "ratio": runner / cli, "runs_each": len(cli_runs)}
+    print(f"evaluate overhead (create, copy in, no-op apply+test, remove): runner {runner:.3f} s  "
+          f"docker run --rm {cli:.3f} s  ratio {result['ratio']:.2f}", flush=True)
+    return result
+
+
+def measure_batches(scratch: Path, tasks: int, worker_counts: list[int]) -> dict:
+    walls = {}
+    for workers in worker_counts:
+        jobs = scratch / f"batch-{workers}"
+        shutil.rmtree(jobs, ignore_errors=True)
+        for index in range(tasks):
+            (jobs / f"bench_{index}" / "context").mkdir(parents=True)
+            (jobs / f"bench_{index}" / "context" / "prompt.md").write_text("fake-codex-mode: fix\n")
+        argv = [sys.executable, "-m", "runner", "--execute", "--jobs-dir", str(jobs), "--workers", str(workers),
+                "--image", STUB_IMAGE, "--codex-bin", str(FAKE_CODEX),
+                *[arg for index in range(tasks) for arg in ("--tag", f"bench_{index}")]]
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+        walls[workers] = time.perf_counter() - started
+        summary = json.loads(done.stdout)
+        if done.returncode != 0 or summary["resolved"] != tasks:
+            raise SystemExit(f"batch with {workers} workers failed: {done.stdout[-2000:]}")
+        shutil.rmtree(jobs, ignore_errors=True)
+    result = {str(w): {"wall_seconds": walls[w], "tasks_per_minute": tasks / walls[w] * 60,
+                       "speedup": walls[worker_counts[0]] / walls[w]} for w in worker_counts}
+    for workers in worker_counts:
+        figures = result[str(workers)]
+        print(f"batch of {tasks} stub tasks, {workers} worker(s): {figures['wall_seconds']:.1f} s  "
+              f"{figures['tasks_per_minute']:.1f} tasks/min  speedup {figures['speedup']:.2f}", flush=True)
+    return {"tasks": tasks, "by_workers": result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="skip the 100,000-file tree; fewer repeats")
+    parser.add_argument("--scratch", type=Path, default=Path("/dev/shm/runner-bench"))
+    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--batch-tasks", type=int, default=8)
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "latest.json")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1:])
+        return
+    sizes = [1000, 20000] if args.quick else sorted(TREES)
+    repeat = args.repeat or (2 if args.quick else 3)
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    args.scratch.mkdir(parents=True)
+    try:
+        images = build_images(sizes)
+        extract = measure_extract(images, args.scratch, repeat)
+        patch = measure_patch(args.scratch, 20000)
+        evaluate = measure_evaluate(args.scratch, 5 if args.quick else 10)
+        batches = measure_batches(args.scratch, args.batch_tasks, [1, 2, 4])
+    finally:
+        shutil.rmtree(args.scratch, ignore_errors=True)
+    biggest = extract[max(extract)]
+    report = {
+        "machine": {"cpus": os.cpu_count(), "scratch": "tmpfs" if str(args.scratch).startswith("/dev/shm") else "disk"},
+        "extract_and_baseline": {str(k): v for k, v in extract.items()},
+        "patch_export_100_files": patch,
+        "evaluate_overhead": evaluate,
+        "peak_rss_mib_biggest_tree": biggest["runner_peak_rss_mib"],
+        "batch_throughput": batches,
+        "targets": {
+            "extract_and_baseline_ratio_at_most_1_0": all(v["ratio"] <= 1.0 for v in extract.values()),
+            "evaluate_overhead_ratio_at_most_1_1": evaluate["ratio"] <= 1.1,
+            "peak_rss_under_150_mib": biggest["runner_peak_rss_mib"] < 150,
+        },
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(report["targets"], indent=2))
+    print(f"figures written to {args.output.relative_to(REPO) if args.output.is_relative_to(REPO) else args.output}")
+
+
+if __name__ == "__main__":
+    main()
