@@ -273,20 +273,20 @@ def run_exec(
 
     pumper = threading.Thread(target=pump, name="exec-output", daemon=True)
     pumper.start()
-    timed_out = False
+    exit_code: int | None = None
     while True:
         remaining = deadline - time.monotonic()
-        if output_closed.wait(timeout=max(0.0, min(remaining, 0.5))) and not api.exec_inspect(exec_id).get("Running"):
-            break
+        if output_closed.wait(timeout=max(0.0, min(remaining, 0.5))):
+            info = api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                exit_code = info.get("ExitCode")
+                break
+            time.sleep(0.05)  # output closed, process still running: rare, poll gently
         if time.monotonic() >= deadline:
-            timed_out = True
             _kill(container)
             break
-        if output_closed.is_set():
-            time.sleep(0.05)  # output closed, process still running: rare, poll gently
     pumper.join(timeout=10)
-    exit_code = None if timed_out else api.exec_inspect(exec_id).get("ExitCode")
-    return ExecOutcome(exit_code=exit_code, timed_out=timed_out, output_bytes=written)
+    return ExecOutcome(exit_code=exit_code, timed_out=exit_code is None, output_bytes=written)
 
 
 def wait_main_process(container: Container, *, deadline: float) -> ExecOutcome:
