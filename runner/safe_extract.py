@@ -120,6 +120,9 @@ def extract_tree(stream: IO[bytes], dest: Path) -> ExtractStats:
     tree = _Tree(dest=dest)
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
+            # tarfile keeps every member it has read; a stream of 100,000 entries would cost
+            # ~100 MB. Links are resolved here, not by tarfile, so none needs keeping.
+            archive.members.clear()
             entry = member.name[:200]
             relative = _relative(member.name, entry)
             if relative is None:

@@ -42,27 +42,27 @@ class PatchResult(PhaseResult):
     binary_change_count: int = 0
 
 
+def _summary(text: bytes) -> dict[str, int]:
+    """Counts from the patch's own header lines (content lines always start with ' ', '+' or '-')."""
+    counts = {"changed_file_count": 0, "added_file_count": 0, "deleted_file_count": 0,
+              "hunk_count": 0, "binary_change_count": 0}
+    header = {b"diff --git ": "changed_file_count", b"new file mode ": "added_file_count",
+              b"deleted file mode ": "deleted_file_count", b"@@ ": "hunk_count",
+              b"GIT binary patch": "binary_change_count"}
+    for line in text.split(b"\n"):
+        for prefix, key in header.items():
+            if line.startswith(prefix):
+                counts[key] += 1
+                break
+    return counts
+
+
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     """Raises: PhaseError ``empty_patch`` when the tree equals the baseline."""
     repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
     repo.git.add("--all")  # stage new files too; .gitignore decides what is left out
-    numstat = repo.git.diff("--cached", "--numstat", "-z", "--no-renames", baseline_commit)
-    status = repo.git.diff("--cached", "--name-status", "-z", "--no-renames", baseline_commit)
     text = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, stdout_as_string=False, strip_newline_in_stdout=False)
-    # numstat -z: "added\tdeleted\tpath\0" per file; "-\t-" marks a binary change.
-    entries = [entry for entry in numstat.split("\0") if entry]
-    binary = sum(1 for entry in entries if entry.startswith("-\t-\t"))
-    codes = status.split("\0")[0::2]
-    if not entries:
+    if not text:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
     write_bytes_atomic(ctx.job.patch, text, mode=0o600)
-    hunks = sum(1 for line in text.split(b"\n") if line.startswith(b"@@ "))
-    return PatchResult(
-        patch_sha256=hashlib.sha256(text).hexdigest(),
-        patch_bytes=len(text),
-        changed_file_count=len(entries),
-        added_file_count=codes.count("A"),
-        deleted_file_count=codes.count("D"),
-        hunk_count=hunks,
-        binary_change_count=binary,
-    )
+    return PatchResult(patch_sha256=hashlib.sha256(text).hexdigest(), patch_bytes=len(text), **_summary(text))

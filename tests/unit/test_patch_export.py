@@ -132,3 +132,13 @@ def test_baseline_is_one_commit_of_everything_not_ignored(ctx: JobContext) -> No
     repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
     assert len(list(repo.iter_commits("--all"))) == 1
     assert baseline(ctx).baseline_commit == result.baseline_commit  # a rerun reuses it
+
+
+def test_deletions_and_mode_changes_are_counted_from_the_patch(ctx: JobContext) -> None:
+    commit = baseline(ctx).baseline_commit
+    source = ctx.job.buggy_source
+    (source / "notes.txt").unlink()
+    (source / "pkg" / "mod.py").chmod(0o755)
+    result = export_patch(ctx, commit)
+    assert (result.changed_file_count, result.deleted_file_count, result.added_file_count) == (2, 1, 0)
+    assert result.hunk_count == 1  # the deletion; a mode change has no hunk
