@@ -10,7 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import docker
 from docker.errors import DockerException

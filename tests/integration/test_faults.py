@@ -7,7 +7,6 @@ that no container with the runner's labels is left.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -23,6 +22,7 @@ from tests.conftest import (
     run_cli,
     runner_containers,
     stub_args,
+    wait_dead,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
@@ -41,22 +41,6 @@ def _snapshot_outside(tmp_path: Path, job: Path) -> dict[str, float]:
 
 def _marker(job: Path, phase: str) -> dict:
     return read_json(job / "result-markers" / f"{phase}.json")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(")")[-1].split()[0] != "Z"
-
-
-def _wait_dead(pid: int, seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not _pid_alive(pid)
 
 
 # --- Docker and the image ---------------------------------------------------------------
@@ -115,7 +99,7 @@ def test_codex_hanging_past_the_deadline_dies_with_its_grandchildren(tmp_path: P
     marker = _marker(job, "codex")
     assert marker["reason"] == "codex_timeout" and marker["details"]["timed_out"] is True
     codex_pid, grandchild = (int(x) for x in (job / "buggy-source" / "hang.pid").read_text().split())
-    assert _wait_dead(codex_pid) and _wait_dead(grandchild)
+    assert wait_dead(codex_pid) and wait_dead(grandchild)
     assert read_json(job / "benchmark_run.compact.json")["codex"]["timed_out"] is True
 
 
@@ -217,7 +201,7 @@ def test_interrupt_during_codex_then_resume(tmp_path: Path, stub_image: str, sig
     assert "run the same command again to resume" in stderr
     assert _marker(job, "codex")["reason"] == "interrupted"
     codex_pid, grandchild = (int(x) for x in (job / "buggy-source" / "hang.pid").read_text().split())
-    assert _wait_dead(codex_pid) and _wait_dead(grandchild)
+    assert wait_dead(codex_pid) and wait_dead(grandchild)
     assert read_json(job / "benchmark_run.compact.json")["failure_attribution_labels"] == ["failed_codex_interrupted"]
 
     extracted_at = _marker(job, "extract")["started_at"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from runner.errors import CodexNotFoundError, PhaseError
 from runner.jobroot import JobRoot
 from runner.phases.codex import codex, codex_argv
 from runner.settings import load_settings
-from tests.conftest import FAKE_CODEX
+from tests.conftest import FAKE_CODEX, wait_dead
 
 
 def _ctx(tmp_path: Path, codex_bin: Path | str, prompt: str = "Fix it.\n", **settings) -> JobContext:
@@ -79,16 +78,6 @@ def test_a_non_zero_exit_fails_the_phase_with_its_code(tmp_path: Path) -> None:
     assert "logs/codex.stderr.log" in str(caught.value)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purpose.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(")")[-1].split()[0] != "Z"
-
-
 def test_the_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
     script = _script(tmp_path, "sleep 300 &\necho $! > grandchild.pid\nsleep 300\n")
     ctx = _ctx(tmp_path, script, codex_timeout=1.0)
@@ -98,10 +87,7 @@ def test_the_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert time.monotonic() - started < 15
     assert caught.value.reason == "codex_timeout" and caught.value.details["timed_out"] is True
     grandchild = int((ctx.job.buggy_source / "grandchild.pid").read_text())
-    deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(grandchild)
+    assert wait_dead(grandchild, seconds=5)
 
 
 def test_a_missing_binary_is_an_environment_error(tmp_path: Path) -> None:
