@@ -92,3 +92,25 @@ def test_interrupting_a_batch_stops_every_task_cleanly(tmp_path: Path, stub_imag
     for tag in ("t_0", "t_1"):
         assert read_json(jobs / tag / "result-markers" / "codex.json")["reason"] == "interrupted"
     assert runner_containers(docker_client) == []
+
+
+def test_on_a_terminal_progress_is_a_live_table(tmp_path: Path, stub_image: str) -> None:
+    import re
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("script") is None:
+        pytest.fail("util-linux `script` is needed to give the batch a terminal")
+    jobs = _jobs(tmp_path, {"t_a": "fake-codex-mode: fix\n", "t_b": "fake-codex-mode: fix\n"})
+    command = shlex.join([sys.executable, "-m", "runner", *_batch_args(jobs, stub_image, "--tag", "t_a", "--tag", "t_b",
+                                                                        "--workers", "2")])
+    done = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stdout[-2000:]
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", done.stdout)  # without the terminal's escapes
+    assert "2/2 done, 0 running, 0 failed" in screen
+    assert "┃ task" in screen and "t_a" in screen and "t_b" in screen
+    assert '"event": "task_started"' not in screen  # the table, not the log lines
+    assert json.loads(screen[screen.index("{"):])["resolved"] == 2
