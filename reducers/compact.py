@@ -143,6 +143,7 @@ class BenchmarkRun(_Frozen):
     added_file_count: int
     hunk_count: int
     binary_change_count: int
+    sensitive_file_count: int
     patched_exit_code: int | None
     apply_exit_code: int | None
     official_task_score: OfficialScore
@@ -256,6 +257,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
         added_file_count=_int(_detail(markers, Phase.PATCH, "added_file_count")),
         hunk_count=_int(_detail(markers, Phase.PATCH, "hunk_count")),
         binary_change_count=_int(_detail(markers, Phase.PATCH, "binary_change_count")),
+        sensitive_file_count=_int(_detail(markers, Phase.PATCH, "sensitive_file_count")),
         patched_exit_code=test_exit,
         apply_exit_code=apply_exit,
         official_task_score=score,
@@ -381,6 +383,7 @@ def reduce_real_result(run_doc: Any, result_doc: Any) -> dict[str, Any]:
             "changed_file_count": run.changed_file_count,
             "hunk_count": run.hunk_count,
             "binary_change_count": run.binary_change_count,
+            "sensitive_file_count": run.sensitive_file_count,
             "patched_exit_code": run.patched_exit_code,
             "apply_exit_code": run.apply_exit_code,
             "baseline_exit_code": None,  # the buggy tree's own test is not run (it would show the oracle nothing new)

@@ -28,15 +28,17 @@ from typing import Any, Protocol
 
 import structlog
 
-from runner.errors import BadInputError, ExitCode
+from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import BENCHMARK_RUN
 from runner.ledger import LedgerRow, RunLedger
 from runner.public import private_texts_for
-from runner.settings import SAFE_LABEL, RunnerSettings
+from runner.lock import job_root_lock
+from runner.settings import SAFE_HOST_PATH, SAFE_TAG, RunnerSettings
 
 log = structlog.get_logger(__name__)
 
 BATCH_LOGS = ".batch-logs"
+BATCH_LOCK = ".batch.lock"
 _STATE_BY_EXIT = {
     int(ExitCode.COMPLETED): "completed",
     int(ExitCode.RUNNER_FAILURE): "failed",
@@ -61,7 +63,7 @@ def read_tags_file(path: Path) -> list[str]:
         tag = line.split("#", 1)[0].strip()
         if not tag:
             continue
-        if not SAFE_LABEL.fullmatch(tag) or ".." in tag:
+        if not SAFE_TAG.fullmatch(tag):
             raise BadInputError(f"--tags-file line {number}: {tag[:40]!r} is not a safe tag")
         tags.append(tag)
     return tags
@@ -73,22 +75,33 @@ def unique_tags(tags: list[str]) -> list[str]:
     return list(dict.fromkeys(tags))
 
 
-def child_argv(settings: RunnerSettings, tag: str, job_root: Path) -> list[str]:
-    """The single-task command for one tag: every setting passed as a flag, so it wins over the env."""
+# The reference's variables that name one task: a batch passes each task's own as flags.
+TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
+
+
+def child_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    return {key: value for key, value in environ.items() if key not in TASK_ENV}
+
+
+def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | None) -> list[str]:
+    """The single-task command for one tag: every setting passed as a flag, so it wins over the env.
+
+    ``image``: only an image given as a flag applies to every tag; otherwise each tag gets its own.
+    """
     argv = [
         sys.executable, "-m", "runner", "--execute",
-        "--job-root", str(job_root),
-        "--tag", tag,
-        "--codex-bin", settings.codex_bin,
-        "--codex-timeout", str(settings.codex_timeout),
-        "--eval-timeout", str(settings.eval_timeout),
-        "--eval-network", settings.eval_network.value,
-        "--source-dir", settings.source_dir,
-        "--apply-cmd", settings.apply_cmd,
-        "--test-cmd", settings.test_cmd,
+        f"--job-root={job_root}",
+        f"--tag={tag}",
+        f"--codex-bin={settings.codex_bin}",
+        f"--codex-timeout={settings.codex_timeout}",
+        f"--eval-timeout={settings.eval_timeout}",
+        f"--eval-network={settings.eval_network.value}",
+        f"--source-dir={settings.source_dir}",
+        f"--apply-cmd={settings.apply_cmd}",
+        f"--test-cmd={settings.test_cmd}",
     ]
-    if settings.image:
-        argv += ["--image", settings.image]
+    if image:
+        argv.append(f"--image={image}")
     if settings.allow_pull:
         argv.append("--allow-pull")
     return argv
@@ -188,7 +201,12 @@ class _Children:
 
 
 def _run_one(
-    settings: RunnerSettings, tag: str, jobs_dir: Path, children: _Children, on_phase: Callable[[str], None]
+    settings: RunnerSettings,
+    tag: str,
+    jobs_dir: Path,
+    image: str | None,
+    children: _Children,
+    on_phase: Callable[[str], None],
 ) -> tuple[int, float]:
     job_root = jobs_dir / tag
     log_path = jobs_dir / BATCH_LOGS / f"{tag}.log"
@@ -196,8 +214,10 @@ def _run_one(
     started = time.monotonic()
     with log_path.open("w", encoding="utf-8") as sink:
         child = subprocess.Popen(
-            child_argv(settings, tag, job_root),
+            child_argv(settings, tag, job_root, image),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=child_environment(os.environ),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the batch only; it passes one SIGTERM on
         )
         children.add(child)
         try:
@@ -221,14 +241,33 @@ def _run_one(
 
 
 def run_batch(
-    settings: RunnerSettings, tags: list[str], jobs_dir: Path, workers: int, progress: Progress
+    settings: RunnerSettings,
+    tags: list[str],
+    jobs_dir: Path,
+    workers: int,
+    progress: Progress,
+    *,
+    image: str | None = None,
 ) -> BatchSummary:
-    """Run every tag not yet completed, ``workers`` at a time; the ledger after each."""
+    """Run every tag not yet completed, ``workers`` at a time; the ledger after each.
+
+    Raises:
+        BadInputError: bad ``workers`` or jobs directory, or another batch holds it.
+    """
     if workers < 1 or workers > 64:
         raise BadInputError("--workers must be between 1 and 64")
     jobs_dir = jobs_dir.expanduser().resolve()
+    if not SAFE_HOST_PATH.fullmatch(str(jobs_dir)):
+        raise BadInputError("--jobs-dir must be a path of letters, digits and '_ . @ + / ~ -', without spaces")
     if not jobs_dir.is_dir():
         raise BadInputError("--jobs-dir does not exist; create it with DIR/<tag>/context/prompt.md per tag")
+    with job_root_lock(jobs_dir, name=BATCH_LOCK, what="batch"):
+        return _run_locked(settings, tags, jobs_dir, workers, progress, image)
+
+
+def _run_locked(
+    settings: RunnerSettings, tags: list[str], jobs_dir: Path, workers: int, progress: Progress, image: str | None
+) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
     children = _Children()
@@ -243,10 +282,19 @@ def run_batch(
         if children.stopping.is_set():
             return
         progress.started(tag)
-        exit_code, wall = _run_one(settings, tag, jobs_dir, children, lambda phase: progress.phase(tag, phase))
+        try:
+            exit_code, wall = _run_one(
+                settings, tag, jobs_dir, image, children, lambda phase: progress.phase(tag, phase)
+            )
+        except OSError as e:  # the task could not even start (no space for its log, say)
+            log.error("task_not_started", task=tag, error_type=type(e).__name__)
+            exit_code, wall = int(ExitCode.BAD_ENVIRONMENT), 0.0
         row = _row(tag, jobs_dir / tag, exit_code, wall)
         with ledger_lock:
-            ledger.upsert(row)
+            try:
+                ledger.upsert(row)
+            except (OSError, RunnerError) as e:  # the ledger could not be written: the task's own files stand
+                log.error("ledger_not_written", task=tag, error_type=type(e).__name__)
             ran.append(row)
         progress.finished(row)
 

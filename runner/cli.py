@@ -87,7 +87,12 @@ def _render(report: dict[str, Any], output_format: OutputFormat) -> str:
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM takes SIGINT's path, so every ``finally`` (container removal) runs."""
+    """SIGINT and SIGTERM end the run through every ``finally`` (container removal, restores).
+
+    Once: later signals are ignored, so a second Ctrl-C cannot break the cleanup half-way.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -150,7 +155,7 @@ def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str
         load_settings(tag=tag)  # each tag through the same validation as a single run
     tags = unique_tags(tags)
     with progress_for(len(tags)) as progress:
-        summary = run_batch(settings, tags, args.jobs_dir, args.workers or 1, progress)
+        summary = run_batch(settings, tags, args.jobs_dir, args.workers or 1, progress, image=args.image)
     return summary.report(), summary.exit_code
 
 
@@ -182,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging()
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
     output_format = OutputFormat(args.output_format or "json")
     try:
         settings = _settings_from(args)

@@ -237,7 +237,7 @@ def _open_log(log_path: Path) -> IO[bytes]:
     return os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab")
 
 
-def _kill(container: Container, signal: str = "SIGKILL") -> None:
+def kill_quietly(container: Container, signal: str = "SIGKILL") -> None:
     try:
         container.kill(signal=signal)
     except (NotFound, APIError):
@@ -276,15 +276,17 @@ def run_exec(
     exit_code: int | None = None
     while True:
         remaining = deadline - time.monotonic()
-        if output_closed.wait(timeout=max(0.0, min(remaining, 0.5))):
-            info = api.exec_inspect(exec_id)
-            if not info.get("Running"):
-                exit_code = info.get("ExitCode")
-                break
-            time.sleep(0.05)  # output closed, process still running: rare, poll gently
-        if time.monotonic() >= deadline:
-            _kill(container)
+        closed = output_closed.wait(timeout=max(0.0, min(remaining, 0.5)))
+        # Asked at every tick too: a background process may hold the output open after the command ends.
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running"):
+            exit_code = info.get("ExitCode")
             break
+        if time.monotonic() >= deadline:
+            kill_quietly(container)
+            break
+        if closed:
+            time.sleep(0.05)  # output closed, process still running: rare, poll gently
     pumper.join(timeout=10)
     return ExecOutcome(exit_code=exit_code, timed_out=exit_code is None, output_bytes=written)
 
@@ -294,7 +296,7 @@ def wait_main_process(container: Container, *, deadline: float) -> ExecOutcome:
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
     except RequestException:  # the wait timed out: the deadline passed
-        _kill(container)
+        kill_quietly(container)
         return ExecOutcome(exit_code=None, timed_out=True, output_bytes=0)
     return ExecOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False, output_bytes=0)
 

@@ -20,7 +20,18 @@ from git import Repo
 BASELINE_MESSAGE = "agentissue-runner baseline: buggy source as extracted"
 BRANCH = "main"
 IDENTITY = ("agentissue-runner", "runner@example.invalid")
-_ISOLATION = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
+# No system or global config; and, on every command, the settings that could run a program
+# forced off (command-line config wins over any repository config, should it ever be changed).
+_ISOLATION = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "core.hooksPath",
+    "GIT_CONFIG_VALUE_1": os.devnull,
+}
 _SAFE_CONFIG = {
     ("user", "name"): IDENTITY[0],
     ("user", "email"): IDENTITY[1],

@@ -23,23 +23,24 @@ class JobRootBusyError(BadInputError):
 
 
 @contextmanager
-def job_root_lock(root: Path) -> Iterator[None]:
-    """Hold the job root's lock for the block.
+def job_root_lock(root: Path, *, name: str = LOCK_NAME, what: str = "runner") -> Iterator[None]:
+    """Hold the lock ``root/name`` for the block (a batch locks its jobs directory the same way).
 
     Raises:
-        JobRootBusyError: another runner holds it (its pid is named).
+        JobRootBusyError: another process holds it (its pid is named).
     """
     root.mkdir(parents=True, exist_ok=True)
-    path = root / LOCK_NAME
+    path = root / name
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            place = "--jobs-dir" if what == "batch" else "--job-root"
             raise JobRootBusyError(
-                f"another runner (pid {holder}) is working on this job root; "
-                "wait for it to finish or use another --job-root"
+                f"another {what} (pid {holder}) is working on this {place.lstrip('-').replace('-', ' ')}; "
+                f"wait for it to finish or use another {place}"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

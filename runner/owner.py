@@ -14,13 +14,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 
+_ZOMBIE = "zombie"
+
+
 def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks; ``_ZOMBIE`` for a zombie; None when unreadable."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None  # field 22: starttime
+    if fields[0] == "Z":
+        return _ZOMBIE
+    return fields[19] if len(fields) > 19 else None  # field 22 of stat: starttime
 
 
 @dataclass(frozen=True)
@@ -34,8 +40,19 @@ class Owner:
         return (self.boot_id, self.pid_namespace) == (other.boot_id, other.pid_namespace)
 
     def alive(self) -> bool:
-        """Judged from a process in the same place: is that very process still running?"""
-        return _start_ticks(self.pid) == self.start_ticks
+        """Judged from a process in the same place: is that very process still running?
+
+        When /proc hides other users' processes (``hidepid``), a live pid we may not
+        inspect counts as alive: a sweep must never take a live run for a dead one.
+        """
+        ticks = _start_ticks(self.pid)
+        if ticks is not None:
+            return ticks == self.start_ticks
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True  # it exists (or may not be signalled): unverifiable, so alive
 
 
 @lru_cache(maxsize=1)

@@ -41,13 +41,17 @@ class ExtractStats:
     oracle_entries_skipped: int = 0
 
 
-def _relative(name: str, entry: str) -> str | None:
-    """``root/a/b`` -> ``a/b``; the root itself -> None. Refuses unsafe names."""
+def _relative(name: str, entry: str, root: str | None = None) -> str | None:
+    """``root/a/b`` -> ``a/b``; the root itself -> None. Refuses unsafe names and a second root."""
+    if "\0" in name:
+        raise UnsafeArchiveError(entry, "NUL in name")
     path = PurePosixPath(name)
     if path.is_absolute():
         raise UnsafeArchiveError(entry, "absolute name")
     if ".." in path.parts:
         raise UnsafeArchiveError(entry, "'..' in name")
+    if root is not None and path.parts[:1] != (root,):
+        raise UnsafeArchiveError(entry, "outside the archive's single root")
     parts = path.parts[1:]
     return "/".join(parts) if parts else None
 
@@ -59,20 +63,22 @@ class _Tree:
     dest: Path
     directories: set[str] = field(default_factory=lambda: {""})
     files: set[str] = field(default_factory=set)
-    symlinks: list[str] = field(default_factory=list)
+    symlinks: set[str] = field(default_factory=set)
 
     def taken(self, relative: str) -> bool:
         return relative in self.directories or relative in self.files or relative in self.symlinks
 
     def ensure_directory(self, relative: str, entry: str) -> None:
-        if relative in self.directories:
-            return
-        if self.taken(relative):
-            raise UnsafeArchiveError(entry, "a directory where a file or link was extracted")
-        parent = relative.rpartition("/")[0]
-        self.ensure_directory(parent, entry)
-        os.mkdir(self.dest / relative, 0o755)
-        self.directories.add(relative)
+        """``relative`` and every missing parent, outermost first (no recursion: names may be deep)."""
+        missing: list[str] = []
+        while relative not in self.directories:
+            if self.taken(relative):
+                raise UnsafeArchiveError(entry, "a directory where a file or link was extracted")
+            missing.append(relative)
+            relative = relative.rpartition("/")[0]
+        for directory in reversed(missing):
+            os.mkdir(self.dest / directory, 0o755)
+            self.directories.add(directory)
 
     def parent_ready(self, relative: str, entry: str) -> None:
         if self.taken(relative):
@@ -118,46 +124,60 @@ def extract_tree(stream: IO[bytes], dest: Path) -> ExtractStats:
     stats = ExtractStats()
     dest.mkdir(parents=True)
     tree = _Tree(dest=dest)
-    with tarfile.open(fileobj=stream, mode="r|") as archive:
-        for member in archive:
-            # tarfile keeps every member it has read; a stream of 100,000 entries would cost
-            # ~100 MB. Links are resolved here, not by tarfile, so none needs keeping.
-            archive.members.clear()
-            entry = member.name[:200]
-            relative = _relative(member.name, entry)
-            if relative is None:
-                continue
-            if ORACLE_NAMES.intersection(relative.split("/")):
-                stats.oracle_entries_skipped += 1
-                continue
-            if member.isdir():
-                tree.ensure_directory(relative, entry)
-                stats.directories += 1
-                continue
-            tree.parent_ready(relative, entry)
-            path = dest / relative
-            if member.isreg():
-                _write_file(archive, member, path)
-                tree.files.add(relative)
-                stats.files += 1
-                stats.bytes += member.size
-            elif member.issym():
-                if member.linkname.startswith("/"):
-                    raise UnsafeArchiveError(entry, "AbsoluteLinkError")
-                target = os.path.normpath(os.path.join(os.path.dirname(relative), member.linkname))
-                if target == ".." or target.startswith("../"):
-                    raise UnsafeArchiveError(entry, "LinkOutsideDestinationError")
-                os.symlink(member.linkname, path)
-                tree.symlinks.append(relative)
-                stats.symlinks += 1
-            elif member.islnk():
-                target = _relative(member.linkname, entry)
-                if target is None or target not in tree.files:
-                    raise UnsafeArchiveError(entry, "hard link to an entry outside the tree")
-                os.link(dest / target, path, follow_symlinks=False)
-                tree.files.add(relative)
-                stats.files += 1
-            else:
-                raise UnsafeArchiveError(entry, "device, FIFO or other special file")
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as archive:
+            root: str | None = None
+            for member in archive:
+                # tarfile keeps every member it has read; a stream of 100,000 entries would cost
+                # ~100 MB. Links are resolved here, not by tarfile, so none needs keeping.
+                archive.members.clear()
+                root = root or PurePosixPath(member.name).parts[0]
+                try:
+                    _extract_member(archive, member, tree, stats, root)
+                except (OSError, ValueError) as e:  # a name too long, an empty link, ...
+                    raise UnsafeArchiveError(member.name[:200], f"cannot be created ({type(e).__name__})") from e
+    except tarfile.TarError as e:
+        raise UnsafeArchiveError("<stream>", f"not a readable tar stream ({type(e).__name__})") from e
     _check_links(tree)
     return stats
+
+
+def _extract_member(
+    archive: tarfile.TarFile, member: tarfile.TarInfo, tree: _Tree, stats: ExtractStats, root: str
+) -> None:
+    entry = member.name[:200]
+    relative = _relative(member.name, entry, root)
+    if relative is None:
+        return
+    if ORACLE_NAMES.intersection(relative.split("/")):
+        stats.oracle_entries_skipped += 1
+        return
+    if member.isdir():
+        tree.ensure_directory(relative, entry)
+        stats.directories += 1
+        return
+    tree.parent_ready(relative, entry)
+    path = tree.dest / relative
+    if member.isreg():
+        _write_file(archive, member, path)
+        tree.files.add(relative)
+        stats.files += 1
+        stats.bytes += member.size
+    elif member.issym():
+        if not member.linkname or member.linkname.startswith("/"):
+            raise UnsafeArchiveError(entry, "AbsoluteLinkError")
+        target = os.path.normpath(os.path.join(os.path.dirname(relative), member.linkname))
+        if target == ".." or target.startswith("../"):
+            raise UnsafeArchiveError(entry, "LinkOutsideDestinationError")
+        os.symlink(member.linkname, path)
+        tree.symlinks.add(relative)
+        stats.symlinks += 1
+    elif member.islnk():
+        target = _relative(member.linkname, entry, root)
+        if target is None or target not in tree.files:
+            raise UnsafeArchiveError(entry, "hard link to an entry outside the tree")
+        os.link(tree.dest / target, path, follow_symlinks=False)
+        tree.files.add(relative)
+        stats.files += 1
+    else:
+        raise UnsafeArchiveError(entry, "device, FIFO or other special file")

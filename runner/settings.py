@@ -23,7 +23,8 @@ DEFAULT_APPLY_CMD = "/usr/local/bin/run_test_entrypoint.sh apply_patch /patches/
 DEFAULT_TEST_CMD = "/usr/local/bin/run_test_entrypoint.sh test_patched"
 PATCH_IN_CONTAINER = "/patches/attempt.patch"
 
-SAFE_LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
+# A task tag is a Docker image tag: it starts with a letter, digit or '_' (so never '.', '-').
+SAFE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}")
 # An image reference: registry/repo path, optional tag, optional digest. No spaces, no shell.
 SAFE_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]{0,200}(@sha256:[a-f0-9]{64})?", re.IGNORECASE)
 SAFE_CONTAINER_PATH = re.compile(r"/[A-Za-z0-9_.@+/-]{0,250}")
@@ -80,8 +81,8 @@ class RunnerSettings(BaseSettings):
     @field_validator("tag")
     @classmethod
     def _tag_is_safe_label(cls, value: str) -> str:
-        if not SAFE_LABEL.fullmatch(value) or ".." in value:
-            raise ValueError("must be 1-120 characters of letters, digits, '_', '.', ':' or '-'")
+        if not SAFE_TAG.fullmatch(value) or ".." in value:
+            raise ValueError("must be 1-120 letters, digits, '_', '.' or '-', starting with a letter, digit or '_'")
         return value
 
     @field_validator("codex_bin")

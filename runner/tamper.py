@@ -22,15 +22,19 @@ from runner.jobroot import BASELINE_GIT_DIR, BUGGY_SOURCE, LAST_MESSAGE
 
 KEEP_LIMIT = 4 * 1024 * 1024
 # The agent's to write, or checked another way (the codex logs are its output, through
-# descriptors the runner opened; the baseline git dir is checked by git's own hashing).
-NOT_SNAPSHOTTED = frozenset({BUGGY_SOURCE, LAST_MESSAGE, ".runner.lock", BASELINE_GIT_DIR})
+# descriptors the runner opened). The baseline's objects are content-addressed and many;
+# the rest of the baseline's git dir (config, hooks, refs, index) is snapshotted.
+NOT_SNAPSHOTTED = frozenset({BUGGY_SOURCE, LAST_MESSAGE, ".runner.lock"})
+BASELINE_OBJECTS = (BASELINE_GIT_DIR, "objects")
 
 
 def _runner_files(root: Path, skip: frozenset[str]) -> list[Path]:
     found = []
     for path in root.rglob("*"):
         relative = path.relative_to(root)
-        if relative.parts[0] in NOT_SNAPSHOTTED or relative.as_posix() in skip:
+        if relative.parts[0] in NOT_SNAPSHOTTED or relative.parts[:2] == BASELINE_OBJECTS:
+            continue
+        if relative.as_posix() in skip:
             continue
         if path.is_symlink() or not path.is_dir():
             found.append(path)

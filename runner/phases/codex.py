@@ -7,7 +7,8 @@ Invariants:
 - stdout (JSONL events) and stderr go to private files under ``logs/``, never into
   memory; only the token counts are read back from them;
 - the child runs in its own process group, and the whole group is killed at
-  the deadline, on interrupt, and after it exits (no stray grandchildren).
+  the deadline, on interrupt, and after it exits; then every other descendant
+  (the agent's commands run in groups of their own) is found and killed too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import structlog
 from reducers.models import Phase
 from runner.atomic import open_private
 from runner.codex_usage import usage_from_events
+from runner.reaper import become_subreaper, kill_descendants
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
@@ -99,6 +101,7 @@ def codex(ctx: JobContext) -> CodexResult:
     argv = codex_argv(codex_path, job.buggy_source, job.last_message)
     own_logs = frozenset(job.relative(path) for path in (stdout_path, stderr_path))
     snapshot = RunnerFilesSnapshot.capture(job.root, skip=own_logs)
+    become_subreaper()  # orphans of the agent's commands come to the runner, to be killed
     started = time.monotonic()
     timed_out = False
     with job.prompt.open("rb") as prompt_file, open_private(stdout_path) as out, open_private(stderr_path) as err:
@@ -123,6 +126,9 @@ def codex(ctx: JobContext) -> CodexResult:
             _kill_group(child.pid)  # grandchildren outlive their parent otherwise
             if child.poll() is None:
                 child.wait()
+            stragglers = kill_descendants()  # the agent's commands, in groups of their own
+            if stragglers:
+                log.warning("codex_stragglers_killed", count=stragglers)
             tampered = snapshot.restore()
             for path, handle in ((stdout_path, out), (stderr_path, err)):
                 if not same_file(handle, path):

@@ -30,6 +30,7 @@ from runner.atomic import open_private
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.docker_utils import (
     ensure_image,
+    kill_quietly,
     managed_container,
     run_exec,
     save_logs,
@@ -118,14 +119,14 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         log.info("patch_apply_finished", exit_code=applied.exit_code, timed_out=applied.timed_out)
         timed_out = applied.timed_out
         if applied.exit_code == 0 and wait_for_output(container, GATE_READY, deadline=deadline):
-            container.kill(signal="SIGUSR1")
+            kill_quietly(container, "SIGUSR1")  # gone already? then its exit code says why
             tested = wait_main_process(container, deadline=deadline)
             log.info("test_finished", exit_code=tested.exit_code, timed_out=tested.timed_out)
             test_exit, timed_out = tested.exit_code, tested.timed_out
         elif applied.exit_code == 0:
             timed_out = True  # the gate never opened before the deadline
         elif not timed_out:
-            container.kill(signal="SIGUSR2")  # nothing to test: let it end by itself
+            kill_quietly(container, "SIGUSR2")  # nothing to test: let it end by itself
         save_logs(container, test_log)
     resolved = applied.exit_code == 0 and test_exit == 0 and not timed_out
     by_strings = string_verdict([apply_log, test_log])

@@ -40,16 +40,38 @@ class PatchResult(PhaseResult):
     deleted_file_count: int = 0
     hunk_count: int = 0
     binary_change_count: int = 0
+    sensitive_file_count: int = 0
+
+
+# Files through which a patch could sway a test without fixing anything: tests themselves and
+# the interpreter's start-up hooks. Counted and reported, never hidden; they do not change the verdict.
+_STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", "tox.ini"})
+
+
+def _sensitive(path: str) -> bool:
+    parts = path.split("/")
+    name = parts[-1]
+    return (
+        name in _STARTUP_HOOKS
+        or name.endswith(".pth")
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or any(part in ("test", "tests", "testing") for part in parts[:-1])
+    )
 
 
 def _summary(text: bytes) -> dict[str, int]:
     """Counts from the patch's own header lines (content lines always start with ' ', '+' or '-')."""
     counts = {"changed_file_count": 0, "added_file_count": 0, "deleted_file_count": 0,
-              "hunk_count": 0, "binary_change_count": 0}
+              "hunk_count": 0, "binary_change_count": 0, "sensitive_file_count": 0}
     header = {b"diff --git ": "changed_file_count", b"new file mode ": "added_file_count",
               b"deleted file mode ": "deleted_file_count", b"@@ ": "hunk_count",
               b"GIT binary patch": "binary_change_count"}
     for line in text.split(b"\n"):
+        if line.startswith(b"diff --git a/"):
+            # "diff --git a/<path> b/<path>" with --no-renames: both halves are the same path
+            path = line[len(b"diff --git a/"):].decode(errors="replace").rsplit(" b/", 1)[0]
+            counts["sensitive_file_count"] += _sensitive(path)
         for prefix, key in header.items():
             if line.startswith(prefix):
                 counts[key] += 1

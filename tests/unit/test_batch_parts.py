@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.batch import _row, child_argv, read_tags_file, unique_tags
+from runner.batch import _row, child_argv, child_environment, read_tags_file, unique_tags
 from runner.errors import BadInputError, CompactInputError, PublicSafetyError
 from runner.ledger import LedgerRow, RunLedger
 from runner.settings import load_settings
@@ -31,12 +31,26 @@ def test_a_bad_line_is_named(tmp_path: Path) -> None:
 
 
 def test_child_argv_passes_every_setting_as_a_flag(tmp_path: Path) -> None:
-    settings = load_settings(image="stub:1", codex_bin="/opt/codex", eval_timeout=9, allow_pull=True)
-    argv = child_argv(settings, "t_1", tmp_path / "t_1")
+    settings = load_settings(codex_bin="/opt/codex", eval_timeout=9, allow_pull=True)
+    argv = child_argv(settings, "t_1", tmp_path / "t_1", "stub:1")
     assert argv[1:4] == ["-m", "runner", "--execute"]
-    pairs = dict(zip(argv[4::1], argv[5::1]))
-    assert pairs["--tag"] == "t_1" and pairs["--image"] == "stub:1" and pairs["--codex-bin"] == "/opt/codex"
-    assert pairs["--eval-timeout"] == "9.0" and "--allow-pull" in argv
+    flags = dict(arg.split("=", 1) for arg in argv[4:] if "=" in arg)
+    assert flags["--tag"] == "t_1" and flags["--image"] == "stub:1" and flags["--codex-bin"] == "/opt/codex"
+    assert flags["--eval-timeout"] == "9.0" and "--allow-pull" in argv
+    assert not any(arg.startswith("--image") for arg in child_argv(settings, "t_1", tmp_path, None))
+
+
+def test_a_tasks_own_variables_never_reach_another_task() -> None:
+    env = child_environment({"IMAGE": "one:image", "TAG": "x", "JOB_ROOT": "/j", "PATH": "/bin", "CODEX_BIN": "c"})
+    assert env == {"PATH": "/bin", "CODEX_BIN": "c"}
+
+
+@pytest.mark.parametrize("tag", [".", "-x", "..", "a:b", ".hidden"])
+def test_tags_that_are_not_docker_tags_are_refused(tmp_path: Path, tag: str) -> None:
+    path = tmp_path / "tags.txt"
+    path.write_text(f"{tag}\n")
+    with pytest.raises(BadInputError, match="line 1"):
+        read_tags_file(path)
 
 
 def _row_for(tag: str, **overrides) -> LedgerRow:

@@ -142,3 +142,27 @@ def test_deletions_and_mode_changes_are_counted_from_the_patch(ctx: JobContext) 
     result = export_patch(ctx, commit)
     assert (result.changed_file_count, result.deleted_file_count, result.added_file_count) == (2, 1, 0)
     assert result.hunk_count == 1  # the deletion; a mode change has no hunk
+
+
+def test_even_a_changed_baseline_config_runs_nothing(ctx: JobContext, tmp_path: Path) -> None:
+    commit = baseline(ctx).baseline_commit
+    proof = tmp_path / "ran"
+    hook = tmp_path / "monitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {proof}\n")
+    hook.chmod(0o755)
+    with (ctx.job.baseline_git_dir / "config").open("a") as config:
+        config.write(f"[core]\n\tfsmonitor = {hook}\n")
+    (ctx.job.buggy_source / "pkg" / "mod.py").write_text("def f():\n    return 7\n")
+    assert export_patch(ctx, commit).changed_file_count == 1
+    assert not proof.exists()
+
+
+def test_patches_to_tests_and_startup_hooks_are_counted(ctx: JobContext) -> None:
+    commit = baseline(ctx).baseline_commit
+    source = ctx.job.buggy_source
+    (source / "tests").mkdir()
+    (source / "tests" / "helper.py").write_text("X = 1\n")
+    (source / "sitecustomize.py").write_text("print('FIX CONFIRMED')\n")
+    (source / "pkg" / "mod.py").write_text("def f():\n    return 3\n")
+    result = export_patch(ctx, commit)
+    assert (result.changed_file_count, result.sensitive_file_count) == (3, 2)

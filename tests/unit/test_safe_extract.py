@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -131,3 +132,27 @@ def test_an_in_tree_hard_link_comes_out_and_one_into_the_history_is_refused(tmp_
 def test_link_tricks_are_refused(tmp_path: Path, entries: tuple, why: str) -> None:
     with pytest.raises(UnsafeArchiveError, match=why):
         extract_tree(_tar(("src", "dir"), *entries), tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("entries", "why"),
+    [
+        ((("src/" + "n" * 300, "file", b"x"),), "cannot be created"),
+        ((("src/empty", "sym", ""),), "AbsoluteLinkError"),
+        ((("src/a", "file", b"x"), ("other/b", "file", b"y")), "single root"),
+    ],
+)
+def test_odd_entries_are_refused_naming_the_entry(tmp_path: Path, entries: tuple, why: str) -> None:
+    with pytest.raises(UnsafeArchiveError, match=why):
+        extract_tree(_tar(("src", "dir"), *entries), tmp_path / "out")
+
+
+def test_a_deep_tree_and_a_broken_stream(tmp_path: Path) -> None:
+    deep = "src/" + "/".join(["d"] * 1100) + "/leaf.txt"  # deeper than Python's recursion limit
+    try:
+        assert extract_tree(_tar(("src", "dir"), (deep, "file", b"deep\n")), tmp_path / "deep").files == 1
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp_path / "deep")], check=True)  # shutil.rmtree would recurse too deep
+    whole = _tar(("src", "dir"), ("src/a", "file", b"x" * 5000)).getvalue()
+    with pytest.raises(UnsafeArchiveError, match="not a readable tar stream|truncated"):
+        extract_tree(io.BytesIO(whole[:1500]), tmp_path / "cut")
