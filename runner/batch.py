@@ -325,7 +325,3 @@ def _run_locked(
         phase_seconds=dict(phase_seconds),
         interrupted=interrupted,
     )
-
-
-def default_workers() -> int:
-    return max(1, min(4, (os.cpu_count() or 2)))
