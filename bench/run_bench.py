@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,13 @@ GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM":
 
 def sh(*argv: str, cwd: Path | None = None, stdout=subprocess.DEVNULL) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=GIT_ENV, check=True, stdout=stdout, stderr=subprocess.PIPE)
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf, and say so if it failed: a leftover tree would skew the next measurement."""
+    subprocess.run(["rm", "-rf", str(path)], check=True)
+    if path.exists():
+        raise SystemExit(f"could not remove {path}")
 
 
 def timed(fn) -> float:
@@ -163,7 +169,7 @@ def measure_extract(images: dict[int, str], scratch: Path, repeat: int) -> dict:
             order = ("runner", "cli") if attempt % 2 == 0 else ("cli", "runner")
             for way in order:
                 dest = scratch / f"{way}-{files}"
-                shutil.rmtree(dest, ignore_errors=True)
+                remove_tree(dest)
                 if way == "runner":
                     figures = run_child("extract", image, str(dest))
                     runner_runs.append(figures["seconds"])
@@ -234,7 +240,7 @@ def measure_batches(scratch: Path, tasks: int, worker_counts: list[int]) -> dict
     walls = {}
     for workers in worker_counts:
         jobs = scratch / f"batch-{workers}"
-        shutil.rmtree(jobs, ignore_errors=True)
+        remove_tree(jobs)
         for index in range(tasks):
             (jobs / f"bench_{index}" / "context").mkdir(parents=True)
             (jobs / f"bench_{index}" / "context" / "prompt.md").write_text("fake-codex-mode: fix\n")
@@ -247,7 +253,7 @@ def measure_batches(scratch: Path, tasks: int, worker_counts: list[int]) -> dict
         summary = json.loads(done.stdout)
         if done.returncode != 0 or summary["resolved"] != tasks:
             raise SystemExit(f"batch with {workers} workers failed: {done.stdout[-2000:]}")
-        shutil.rmtree(jobs, ignore_errors=True)
+        remove_tree(jobs)
     result = {str(w): {"wall_seconds": walls[w], "tasks_per_minute": tasks / walls[w] * 60,
                        "speedup": walls[worker_counts[0]] / walls[w]} for w in worker_counts}
     for workers in worker_counts:
@@ -271,7 +277,7 @@ def main() -> None:
         return
     sizes = [1000, 20000] if args.quick else sorted(TREES)
     repeat = args.repeat or (2 if args.quick else 3)
-    shutil.rmtree(args.scratch, ignore_errors=True)
+    remove_tree(args.scratch)
     args.scratch.mkdir(parents=True)
     try:
         images = build_images(sizes)
@@ -280,7 +286,7 @@ def main() -> None:
         evaluate = measure_evaluate(args.scratch, 5 if args.quick else 10)
         batches = measure_batches(args.scratch, args.batch_tasks, [1, 2, 4])
     finally:
-        shutil.rmtree(args.scratch, ignore_errors=True)
+        remove_tree(args.scratch)
     biggest = extract[max(extract)]
     report = {
         "machine": {"cpus": os.cpu_count(), "scratch": "tmpfs" if str(args.scratch).startswith("/dev/shm") else "disk"},
