@@ -126,14 +126,17 @@ def job_root(tmp_path: Path) -> Path:
     return make_job_root(tmp_path)
 
 
+def cli_environment(extra: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment without the reference's variables, plus the test's own."""
+    return {**{k: v for k, v in os.environ.items() if k not in RUNNER_ENV_NAMES}, **(extra or {})}
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m runner`` as an operator runs it: a real process, real exit code."""
-    full_env = {k: v for k, v in os.environ.items() if k not in RUNNER_ENV_NAMES}
-    full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "runner", *args],
         cwd=REPO,
-        env=full_env,
+        env=cli_environment(env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -178,10 +181,8 @@ class RunningCli:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         import threading
 
-        full_env = {k: v for k, v in os.environ.items() if k not in RUNNER_ENV_NAMES}
-        full_env.update(env or {})
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runner", *args], cwd=REPO, env=full_env,
+            [sys.executable, "-m", "runner", *args], cwd=REPO, env=cli_environment(env),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.lines: list[str] = []
