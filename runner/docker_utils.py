@@ -5,20 +5,17 @@ Invariants:
   labels, and is removed (forced) when the block ends, also when creation or
   the block fails half-way; only ``NotFound`` is suppressed on removal;
 - deadlines are enforced through the SDK (``kill``), never by trusting the container;
-- exit codes come from the daemon (``exec_inspect``), never from files in the container.
+- exit codes come from the daemon (``wait``), never from files in the container.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import socket
-import threading
 import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import docker
@@ -162,10 +159,17 @@ def sweep_strays(client: docker.DockerClient, *, job_id: str | None = None) -> t
 def managed_container(
     client: docker.DockerClient, *, image: str, labels: dict[str, str], **create: Any
 ) -> Iterator[Container]:
-    """Create a labelled container (not started) and always remove it."""
+    """Create a labelled container (not started) and always remove it.
+
+    Raises:
+        ImageMissingError: the image is not present locally (nothing is pulled here).
+    """
     container: Container | None = None
     try:
-        container = client.containers.create(image, labels=labels, **create)
+        try:
+            container = client.containers.create(image, labels=labels, **create)
+        except ImageNotFound:
+            raise ImageMissingError(image) from None
         yield container
     finally:
         if container is not None:
@@ -226,15 +230,9 @@ def archive_stream(container: Container, path: str) -> IO[bytes]:
 
 
 @dataclass(frozen=True)
-class ExecOutcome:
+class ProcessOutcome:
     exit_code: int | None
     timed_out: bool
-    output_bytes: int
-
-
-def _open_log(log_path: Path) -> IO[bytes]:
-    """Append to a private log created by the caller; never through a link."""
-    return os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab")
 
 
 def kill_quietly(container: Container, signal: str = "SIGKILL") -> None:
@@ -244,78 +242,16 @@ def kill_quietly(container: Container, signal: str = "SIGKILL") -> None:
         pass  # already stopped or gone: nothing left to signal
 
 
-def run_exec(
-    container: Container, argv: list[str], *, deadline: float, log_path: Path
-) -> ExecOutcome:
-    """Run ``argv`` in a running container, output to ``log_path``, killed at ``deadline``.
-
-    ``deadline`` is a ``time.monotonic()`` instant; on expiry the whole container is
-    killed, which ends the command and anything it started. The end of the output
-    stream says the command is done, so no polling delay is added to a quick command.
-    """
-    api = container.client.api
-    exec_id = api.exec_create(container.id, argv, stdout=True, stderr=True)["Id"]
-    stream = api.exec_start(exec_id, stream=True)
-    written = 0
-    output_closed = threading.Event()
-
-    def pump() -> None:
-        nonlocal written
-        try:
-            with _open_log(log_path) as sink:
-                for chunk in stream:
-                    sink.write(chunk)
-                    written += len(chunk)
-        except (DockerException, RequestException, OSError, ValueError):
-            pass  # the stream ends abruptly when the container is killed at the deadline
-        finally:
-            output_closed.set()
-
-    pumper = threading.Thread(target=pump, name="exec-output", daemon=True)
-    pumper.start()
-    exit_code: int | None = None
-    while True:
-        remaining = deadline - time.monotonic()
-        closed = output_closed.wait(timeout=max(0.0, min(remaining, 0.5)))
-        # Asked at every tick too: a background process may hold the output open after the command ends.
-        info = api.exec_inspect(exec_id)
-        if not info.get("Running"):
-            exit_code = info.get("ExitCode")
-            break
-        if time.monotonic() >= deadline:
-            kill_quietly(container)
-            break
-        if closed:
-            time.sleep(0.05)  # output closed, process still running: rare, poll gently
-    pumper.join(timeout=10)
-    return ExecOutcome(exit_code=exit_code, timed_out=exit_code is None, output_bytes=written)
-
-
-def wait_main_process(container: Container, *, deadline: float) -> ExecOutcome:
+def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcome:
     """Wait for the container's own process; its exit code comes from the daemon."""
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
     except RequestException:  # the wait timed out: the deadline passed
         kill_quietly(container)
-        return ExecOutcome(exit_code=None, timed_out=True, output_bytes=0)
-    return ExecOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False, output_bytes=0)
+        return ProcessOutcome(exit_code=None, timed_out=True)
+    return ProcessOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False)
 
 
-def save_logs(container: Container, log_path: Path) -> int:
-    """The main process's output, streamed into ``log_path``; returns the byte count."""
-    written = 0
-    with _open_log(log_path) as sink:
-        for chunk in container.logs(stdout=True, stderr=True, stream=True, follow=False):
-            sink.write(chunk)
-            written += len(chunk)
-    return written
-
-
-def wait_for_output(container: Container, text: str, *, deadline: float) -> bool:
-    """Has the container's own process written ``text`` (to stdout or stderr) before ``deadline``?"""
-    needle = text.encode()
-    while time.monotonic() < deadline:
-        if needle in container.logs(stdout=True, stderr=True, tail=20):
-            return True
-        time.sleep(0.01)
-    return False
+def stream_logs(container: Container) -> Iterator[bytes]:
+    """The main process's output so far (stdout and stderr, in order), chunk by chunk."""
+    yield from container.logs(stdout=True, stderr=True, stream=True, follow=False)

@@ -10,7 +10,6 @@ from typing import Any
 from reducers.models import PHASE_ORDER, Phase
 from runner import jobroot
 from runner.phases.codex import codex_argv
-from runner.phases.evaluate import GATE_READY
 from runner.settings import PATCH_IN_CONTAINER, RunnerSettings
 
 _WHAT = {
@@ -23,8 +22,8 @@ _WHAT = {
     Phase.CODEX: "codex exec with the prompt on stdin, in buggy-source only, allowlisted environment, "
     "process-group deadline",
     Phase.PATCH: "diff of the work tree (new files included) against the baseline, for patch -p1",
-    Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; apply by exec, then "
-    "the test as the container's own process (released by SIGUSR1), exit codes from the daemon; remove",
+    Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; its own process runs "
+    "apply, then (only if apply exits 0) the test; resolved from the daemon's exit code; remove",
     Phase.REDUCE: "markers to the compact public JSON, each through the public guard",
 }
 
@@ -35,11 +34,12 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         Phase.CODEX: codex_argv(settings.codex_bin, jobroot.BUGGY_SOURCE, jobroot.LAST_MESSAGE),  # type: ignore[arg-type]
         Phase.EXTRACT: ["containers.create", settings.resolved_image, "get_archive", settings.source_dir],
         Phase.EVALUATE: [
-            ["containers.create", settings.resolved_image, "entrypoint", "/bin/sh", "-c", "<gate>", settings.test_cmd],
+            ["containers.create", settings.resolved_image, "entrypoint", "/bin/sh", "-c", "<gate>",
+             settings.apply_cmd, settings.test_cmd, "<nonce>"],
             ["put_archive", "/", PATCH_IN_CONTAINER],
-            ["start", "wait for output", GATE_READY],
-            ["exec", "bash", "-c", settings.apply_cmd],
-            ["kill", "SIGUSR1", "then wait: the gate runs", "bash", "-c", settings.test_cmd],
+            ["start", "then wait: the gate runs", "bash", "-c", settings.apply_cmd,
+             "then, only if it exits 0,", "bash", "-c", settings.test_cmd],
+            ["logs", "split at the gate's status line", "logs/eval-apply.log", "logs/eval-test.log"],
         ],
     }
     return {

@@ -36,6 +36,11 @@ def test_execute_resolves_and_writes_safe_compact_files(job_root: Path, stub_ima
     assert real["result_summary"]["resolved"] is True
     assert run["apply_exit_code"] == 0 and run["patched_exit_code"] == 0
     assert run["evaluation"]["string_verdict"] is True and run["evaluation"]["verdicts_disagree"] is False
+    apply_log = (job_root / "logs" / "eval-apply.log").read_text()
+    test_log = (job_root / "logs" / "eval-test.log").read_text()
+    assert "Patch applied successfully" in apply_log and "FIX CONFIRMED" not in apply_log
+    assert "FIX CONFIRMED" in test_log and "Patch applied" not in test_log
+    assert "runner-apply-exit" not in apply_log + test_log
     assert run["changed_file_count"] == 2 and run["added_file_count"] == 1
     assert run["image_id"].startswith("sha256:") and run["validation"]["selected_image_only"] is True
     assert set(run["log_sha256"]) == {"codex_stdout", "codex_stderr", "eval_apply", "eval_test"}

@@ -149,6 +149,31 @@ def test_codex_writing_the_runners_files_is_caught_and_undone(tmp_path: Path, st
 
 # --- evaluate ---------------------------------------------------------------------------
 
+def test_an_image_removed_before_evaluate_is_named_and_leaves_no_container(
+    tmp_path: Path, stub_image: str, docker_client
+) -> None:
+    import io
+    import os
+
+    doomed = f"agentissue-runner-doomed:{os.getpid()}"
+    dockerfile = f"FROM {stub_image}\nLABEL io.agentissue-runner.test=doomed-{os.getpid()}\n"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=doomed, rm=True)
+    try:
+        job = make_job_root(tmp_path)
+        assert run_cli("--execute", *stub_args(job, doomed)).returncode == 0
+        (job / "result-markers" / "evaluate.json").unlink()
+        docker_client.images.remove(doomed, force=True)
+        done = run_cli("--execute", *stub_args(job, doomed))
+    finally:
+        if docker_client.images.list(name=doomed):
+            docker_client.images.remove(doomed, force=True)
+    assert done.returncode == 3, done.stderr
+    assert "--allow-pull" in done.stderr and "is not present locally" in done.stderr
+    marker = _marker(job, "evaluate")
+    assert (marker["status"], marker["reason"]) == ("failed", "image_missing")
+    assert read_json(job / "benchmark_run.compact.json")["first_failed_phase"] == "evaluate"
+
+
 def test_a_hanging_test_is_killed_at_the_eval_deadline(job_root: Path, stub_image: str) -> None:
     started = time.monotonic()
     done = run_cli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600", "--eval-timeout", "4"))
@@ -179,7 +204,8 @@ def test_code_under_test_cannot_forge_a_pass(tmp_path: Path, stub_image: str) ->
     assert "FIX CONFIRMED" in (job / "logs" / "eval-test.log").read_text()  # it did try
     run = read_json(job / "benchmark_run.compact.json")
     assert run["official_task_score"]["resolved"] is False
-    assert run["patched_exit_code"] != 0
+    assert "runner-apply-exit:" in (job / "logs" / "eval-test.log").read_text()  # its status lines went nowhere
+    assert run["apply_exit_code"] == 0 and run["patched_exit_code"] not in (0, None)
     assert run["failure_attribution_labels"] == ["unresolved_single_tag_eval_compact_result"]
     assert sorted(p.name for p in (job / "result-markers").iterdir()) == sorted(
         f"{p}.json" for p in ("prepare", "precheck", "extract", "baseline", "codex", "patch", "evaluate", "reduce")
@@ -218,7 +244,7 @@ def test_interrupt_during_evaluate_removes_the_container(
     job_root: Path, stub_image: str, docker_client, signum: int
 ) -> None:
     running = RunningCli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600"))
-    running.wait_for("patch_apply_finished")
+    running.wait_for("evaluate_container_started")
     time.sleep(0.5)
     assert runner_containers(docker_client), "the evaluate container should be running now"
     running.process.send_signal(signum)
@@ -258,7 +284,7 @@ def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
 ) -> None:
     job = make_job_root(tmp_path)
     running = RunningCli("--execute", *stub_args(job, stub_image, "--test-cmd", "sleep 600"))
-    running.wait_for("patch_apply_finished")
+    running.wait_for("evaluate_container_started")
     running.process.kill()
     running.finish()
     strays = runner_containers(docker_client)
@@ -271,7 +297,7 @@ def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
 
     other = make_job_root(tmp_path / "second")
     running = RunningCli("--execute", *stub_args(other, stub_image, "--test-cmd", "sleep 600"))
-    running.wait_for("patch_apply_finished")
+    running.wait_for("evaluate_container_started")
     running.process.kill()
     running.finish()
     assert len(runner_containers(docker_client)) == 1
@@ -283,7 +309,7 @@ def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
 
 def test_sweep_keeps_the_containers_of_live_runs(job_root: Path, stub_image: str, docker_client) -> None:
     running = RunningCli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600", "--eval-timeout", "20"))
-    running.wait_for("patch_apply_finished")
+    running.wait_for("evaluate_container_started")
     swept = run_cli("--sweep")
     assert '"removed": 0' in swept.stdout and '"kept_live": 1' in swept.stdout
     running.process.send_signal(signal.SIGTERM)
