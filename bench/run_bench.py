@@ -87,13 +87,23 @@ def child(mode: str, args: list[str]) -> None:
     elif mode == "evaluate":
         from runner.phases.evaluate import evaluate
 
-        image, root, repeat = args[0], args[1], int(args[2])
+        image, root, repeat, patch_dir, marker_dir = args[0], args[1], int(args[2]), Path(args[3]), Path(args[4])
         settings = load_settings(tag="bench", image=image, apply_cmd="true", test_cmd="true")
         ctx = JobContext(settings=settings, job=JobRoot.at(Path(root), "bench"))
         ctx.job.patch.parent.mkdir(parents=True, exist_ok=True)
         ctx.job.patch.write_text("--- a/x\n+++ b/x\n")
         image_id = ctx.docker().images.get(image).id
-        runs = [timed(lambda: evaluate(ctx, image_id)) for _ in range(repeat)]
+        ways = {
+            "runner": lambda: evaluate(ctx, image_id),
+            "reference": lambda: sh(*reference_eval_argv(patch_dir, marker_dir)),
+            "bare": lambda: sh(*bare_run_argv(patch_dir)),
+        }
+        runs: dict[str, list[float]] = {way: [] for way in ways}
+        order = list(ways)
+        for _ in range(repeat):  # one of each per round, the order rotating: drift hits all alike
+            for way in order:
+                runs[way].append(timed(ways[way]))
+            order = order[1:] + order[:1]
         ctx.close()
         figures = {"runs": runs}
     else:
@@ -213,26 +223,41 @@ def measure_patch(scratch: Path, files: int) -> dict:
     return result
 
 
+# The reference script's evaluate step (evaluate_selected_tag_container), verbatim but for
+# no-op apply and test commands: the CLI way the runner replaces. Apply's success is a file the
+# container writes to a host mount; the runner gets both answers without mounting anything.
+REFERENCE_EVAL_SCRIPT = (
+    'set -euo pipefail; eval "$PATCH_APPLY_SH"; touch /markers/patch_applied; '
+    'eval "$PATCH_TEST_SH"; touch /markers/test_success'
+)
+
+
+def reference_eval_argv(patch_dir: Path, marker_dir: Path) -> list[str]:
+    return ["docker", "run", "--platform", "linux/amd64", "--rm", "--entrypoint", "bash",
+            "-v", f"{patch_dir}:/patches:ro", "-v", f"{marker_dir}:/markers",
+            "-e", "PATCH_APPLY_SH=true", "-e", "PATCH_TEST_SH=true", STUB_IMAGE, "-lc", REFERENCE_EVAL_SCRIPT]
+
+
+def bare_run_argv(patch_dir: Path) -> list[str]:
+    """The least a CLI evaluation can do: one mount, one shell, no markers."""
+    return ["docker", "run", "--rm", "--entrypoint", "bash", "-v", f"{patch_dir}:/patches:ro",
+            STUB_IMAGE, "-c", "true && true"]
+
+
 def measure_evaluate(scratch: Path, repeat: int) -> dict:
-    patch_dir = scratch / "patches"
+    patch_dir, marker_dir = scratch / "patches", scratch / "markers"
     patch_dir.mkdir(exist_ok=True)
+    marker_dir.mkdir(exist_ok=True)
     (patch_dir / "attempt.patch").write_text("--- a/x\n+++ b/x\n")
-    cli_runs = []
-    runner_runs: list[float] = []
-    for attempt in range(2):
-        if attempt == 0:
-            runner_runs += run_child("evaluate", STUB_IMAGE, str(scratch / "eval-job"), str(repeat))["runs"]
-        for _ in range(repeat):
-            cli_runs.append(timed(lambda: sh(
-                "docker", "run", "--rm", "--entrypoint", "bash", "-v", f"{patch_dir}:/patches:ro",
-                STUB_IMAGE, "-c", "true && true",
-            )))
-        if attempt == 1:
-            runner_runs += run_child("evaluate", STUB_IMAGE, str(scratch / "eval-job"), str(repeat))["runs"]
-    runner, cli = statistics.median(runner_runs), statistics.median(cli_runs)
-    result = {"runner_seconds": runner, "cli_seconds": cli, "ratio": runner / cli, "runs_each": len(cli_runs)}
-    print(f"evaluate overhead (create, copy in, no-op apply+test, remove): runner {runner:.3f} s  "
-          f"docker run --rm {cli:.3f} s  ratio {result['ratio']:.2f}", flush=True)
+    runs = run_child("evaluate", STUB_IMAGE, str(scratch / "eval-job"), str(repeat), str(patch_dir),
+                     str(marker_dir))["runs"]
+    median = {way: statistics.median(seconds) for way, seconds in runs.items()}
+    result = {"runner_seconds": median["runner"], "cli_seconds": median["reference"],
+              "bare_cli_seconds": median["bare"], "ratio": median["runner"] / median["reference"],
+              "ratio_vs_bare": median["runner"] / median["bare"], "runs_each": repeat}
+    print(f"evaluate overhead (create, copy in, no-op apply+test, remove): runner {median['runner']:.3f} s  "
+          f"reference docker run --rm {median['reference']:.3f} s  ratio {result['ratio']:.2f}  "
+          f"(bare docker run --rm {median['bare']:.3f} s, ratio {result['ratio_vs_bare']:.2f})", flush=True)
     return result
 
 
@@ -283,7 +308,7 @@ def main() -> None:
         images = build_images(sizes)
         extract = measure_extract(images, args.scratch, repeat)
         patch = measure_patch(args.scratch, 20000)
-        evaluate = measure_evaluate(args.scratch, 5 if args.quick else 10)
+        evaluate = measure_evaluate(args.scratch, 15 if args.quick else 30)
         batches = measure_batches(args.scratch, args.batch_tasks, [1, 2, 4])
     finally:
         remove_tree(args.scratch)
