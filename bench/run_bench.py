@@ -8,7 +8,10 @@ JSON (``--output``). Needs a Docker Engine and the stub image's base (see contai
 Trees are written under ``--scratch`` (tmpfs by default, so disk noise does not decide a ratio).
 Runner timings are taken inside a child process around the phase calls (its interpreter start
 and imports are reported apart, once per run, not per phase); CLI timings are wall times of the
-commands. Each figure is the best of ``--repeat`` runs, alternating which way goes first.
+commands. Each extract figure is the best of ``--repeat`` runs, alternating which way goes
+first. Evaluate is the median of 30 rounds (15 with ``--quick``), each running the runner's
+evaluate phase, the reference script's own ``docker run --rm`` and a bare ``docker run --rm``
+once, in rotating order.
 """
 
 from __future__ import annotations

@@ -235,9 +235,9 @@ class ProcessOutcome:
     timed_out: bool
 
 
-def kill_quietly(container: Container, signal: str = "SIGKILL") -> None:
+def _kill_quietly(container: Container) -> None:
     try:
-        container.kill(signal=signal)
+        container.kill()
     except (NotFound, APIError):
         pass  # already stopped or gone: nothing left to signal
 
@@ -247,7 +247,7 @@ def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcom
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
     except RequestException:  # the wait timed out: the deadline passed
-        kill_quietly(container)
+        _kill_quietly(container)
         return ProcessOutcome(exit_code=None, timed_out=True)
     return ProcessOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False)
 
