@@ -131,7 +131,9 @@ def build_images(sizes: list[int]) -> dict[int, str]:
     client = docker.from_env()
     base = os.environ.get("STUB_BASE_IMAGE") or "runner-base:bookworm"
     print(f"building {STUB_IMAGE} from {base}", flush=True)
-    client.images.build(path=str(REPO / "containers" / "stub"), tag=STUB_IMAGE, buildargs={"BASE_IMAGE": base})
+    # rm/forcerm: docker-py keeps the builder's intermediate containers unless told not to.
+    client.images.build(path=str(REPO / "containers" / "stub"), tag=STUB_IMAGE, buildargs={"BASE_IMAGE": base},
+                        rm=True, forcerm=True)
     images = {}
     for files in sizes:
         tag = f"agentissue-runner-bench:{files}"
@@ -139,6 +141,7 @@ def build_images(sizes: list[int]) -> dict[int, str]:
         client.images.build(
             path=str(REPO / "bench"), dockerfile="Dockerfile.synthetic", tag=tag,
             buildargs={"BASE_IMAGE": STUB_IMAGE, "FILES": str(files), "BINARY_MB": str(TREES[files])},
+            rm=True, forcerm=True,
         )
         print(f"built {tag} ({files} files, {TREES[files]} MB binary) in {time.perf_counter() - started:.1f} s", flush=True)
         images[files] = tag

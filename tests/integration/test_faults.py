@@ -157,7 +157,7 @@ def test_an_image_removed_before_evaluate_is_named_and_leaves_no_container(
 
     doomed = f"agentissue-runner-doomed:{os.getpid()}"
     dockerfile = f"FROM {stub_image}\nLABEL io.agentissue-runner.test=doomed-{os.getpid()}\n"
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=doomed, rm=True)
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=doomed, rm=True, forcerm=True)
     try:
         job = make_job_root(tmp_path)
         assert run_cli("--execute", *stub_args(job, doomed)).returncode == 0
