@@ -8,7 +8,8 @@
 #   bash bench/newer_engine.sh --only evaluate      # any run_bench.py options
 #
 # Needs root, curl, xz, dpkg-deb, iproute2, and the runner-base:bookworm image on the machine's
-# engine (it is copied over). Figures go to bench/results/newer-engine.json.
+# engine (it is copied over). Figures go to bench/results/newer-engine.json. PYTHON picks the
+# interpreter that has the runner installed (default: python).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,24 +31,36 @@ if [ ! -x "$cache/root/usr/sbin/dockerd" ]; then
   dpkg-deb -x "$cache/docker.io.deb" "$cache/root"
 fi
 
-# A bridge of its own, and no iptables rules: the machine's engine owns those.
+if [ -f "$state/dockerd.pid" ] && kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null; then
+  echo "newer-engine: a dockerd from an earlier run still runs (pid $(cat "$state/dockerd.pid")); stop it first" >&2
+  exit 1
+fi
+
+engine=""
+cleanup() {
+  if [ -n "$engine" ]; then
+    kill "$engine" 2>/dev/null || true
+    wait "$engine" 2>/dev/null || true
+  fi
+  ip link del "$bridge" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# A bridge of its own, no iptables rules (the machine's engine owns those), no daemon.json of
+# the machine's, and containerd namespaces of its own should it find the machine's containerd.
 if ! ip link show "$bridge" >/dev/null 2>&1; then
   ip link add "$bridge" type bridge
   ip addr add 172.31.250.1/24 dev "$bridge"
   ip link set "$bridge" up
 fi
-
+echo '{}' > "$state/daemon.json"
 PATH="$cache/root/usr/sbin:$cache/root/usr/bin:$PATH" "$cache/root/usr/sbin/dockerd" \
-  --host "$export_host" --data-root "$data" --exec-root "$state/exec" --pidfile "$state/dockerd.pid" \
+  --config-file "$state/daemon.json" --host "$export_host" --data-root "$data" \
+  --exec-root "$state/exec" --pidfile "$state/dockerd.pid" \
+  --containerd-namespace runner-bench --containerd-plugins-namespace runner-bench-plugins \
   --bridge "$bridge" --iptables=false --ip-forward=false --ip-masq=false \
   >"$state/dockerd.log" 2>&1 &
 engine=$!
-cleanup() {
-  kill "$engine" 2>/dev/null || true
-  wait "$engine" 2>/dev/null || true
-  ip link del "$bridge" 2>/dev/null || true
-}
-trap cleanup EXIT
 
 for _ in $(seq 1 60); do
   DOCKER_HOST=$export_host docker info >/dev/null 2>&1 && break
@@ -59,4 +72,4 @@ DOCKER_HOST=$export_host docker info >/dev/null
 if ! DOCKER_HOST=$export_host docker image inspect runner-base:bookworm >/dev/null 2>&1; then
   docker save runner-base:bookworm | DOCKER_HOST=$export_host docker load >/dev/null
 fi
-DOCKER_HOST=$export_host python "$here/run_bench.py" --output "$here/results/newer-engine.json" "$@"
+DOCKER_HOST=$export_host "${PYTHON:-python}" "$here/run_bench.py" --output "$here/results/newer-engine.json" "$@"

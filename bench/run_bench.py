@@ -316,12 +316,15 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, default=Path("/dev/shm/runner-bench"))
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--batch-tasks", type=int, default=8)
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "latest.json")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="default: bench/results/latest.json, or latest-<parts>.json with --only")
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1:])
         return
     parts = args.only or list(PARTS)
+    output = args.output or REPO / "bench" / "results" / (
+        f"latest-{'-'.join(sorted(set(args.only)))}.json" if args.only else "latest.json")
     sizes = [1000, 20000] if args.quick else sorted(TREES)
     repeat = args.repeat or (2 if args.quick else 3)
     report: dict = {"machine": {"cpus": os.cpu_count(), "docker_engine": engine_version(),
@@ -348,10 +351,10 @@ def main() -> None:
     finally:
         remove_tree(args.scratch)
     report["targets"] = targets
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(json.dumps(targets, indent=2))
-    print(f"figures written to {args.output.relative_to(REPO) if args.output.is_relative_to(REPO) else args.output}")
+    print(f"figures written to {output.relative_to(REPO) if output.is_relative_to(REPO) else output}")
 
 
 if __name__ == "__main__":

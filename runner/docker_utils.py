@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import io
 import socket
+import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -235,23 +236,47 @@ class ProcessOutcome:
     timed_out: bool
 
 
-def _kill_quietly(container: Container) -> None:
-    try:
-        container.kill()
-    except (NotFound, APIError):
-        pass  # already stopped or gone: nothing left to signal
-
-
 def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcome:
-    """Wait for the container's own process; its exit code comes from the daemon."""
+    """Wait for the container's own process; its exit code comes from the daemon; killed at ``deadline``."""
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
     except RequestException:  # the wait timed out: the deadline passed
-        _kill_quietly(container)
+        try:
+            container.kill()
+        except NotFound:
+            pass  # gone already: nothing to kill, and no exit code to read
+        except APIError:  # not running: it ended on its own just as the deadline passed
+            state = container.client.api.inspect_container(container.id).get("State", {})
+            if not state.get("Running"):
+                return ProcessOutcome(exit_code=int(state.get("ExitCode", -1)), timed_out=False)
         return ProcessOutcome(exit_code=None, timed_out=True)
     return ProcessOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False)
 
 
-def stream_logs(container: Container) -> Iterator[bytes]:
-    """The main process's output so far (stdout and stderr, in order), chunk by chunk."""
-    yield from container.logs(stdout=True, stderr=True, stream=True, follow=False)
+@contextmanager
+def pumping_output(container: Container, sink: Callable[[bytes], None]) -> Iterator[None]:
+    """Attach to a container before it starts and hand all its output to ``sink``, from a thread.
+
+    Read while the container runs, the output never depends on a log driver that could
+    cap, rotate or drop it. On a normal exit of the block the thread is joined (the
+    stream ends with the container); on an error the stream is closed first.
+    """
+    stream = container.attach(stdout=True, stderr=True, stream=True, logs=False)
+
+    def pump() -> None:
+        try:
+            for chunk in stream:
+                sink(chunk)
+        except (DockerException, RequestException, OSError, ValueError):
+            pass  # the stream ends abruptly when the container is killed or removed
+
+    thread = threading.Thread(target=pump, name="container-output", daemon=True)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        stream.close()
+        thread.join(timeout=10)
+        raise
+    thread.join(timeout=60)
+    stream.close()

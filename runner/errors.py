@@ -60,10 +60,13 @@ class ImageMissingError(EnvironmentNotReadyError):
 
     def __init__(self, image: str) -> None:
         self.image = image
-        super().__init__(
-            f"image {image} is not present locally; build or load it, "
-            "or pass --allow-pull (ALLOW_DOCKER_PULL=1) to pull it",
-        )
+        if image.startswith("sha256:"):  # an id pinned by an earlier phase: no registry serves it by id
+            message = (f"image {image}, which this job root's source was extracted from, is not present "
+                       "locally; load that same image again, or start over in a fresh --job-root")
+        else:
+            message = (f"image {image} is not present locally; build or load it, "
+                       "or pass --allow-pull (ALLOW_DOCKER_PULL=1) to pull it")
+        super().__init__(message)
 
 
 class CodexNotFoundError(EnvironmentNotReadyError):

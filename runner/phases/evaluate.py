@@ -32,7 +32,7 @@ from docker.types import LogConfig
 from reducers.models import Phase
 from runner.atomic import open_private
 from runner.context import JobContext, PhaseResult, sha256_file
-from runner.docker_utils import managed_container, stream_logs, wait_main_process
+from runner.docker_utils import managed_container, pumping_output, wait_main_process
 from runner.errors import PhaseError
 from runner.settings import PATCH_IN_CONTAINER
 from runner.verdict import string_verdict
@@ -41,18 +41,19 @@ log = structlog.get_logger(__name__)
 
 # The placeholders AgentIssue-Bench's eval_patches.py sets; real host values never go in.
 PLACEHOLDER_ENV = {"OPENAI_API_KEY": "api-key", "OPENAI_API_BASE": "api-base-url"}
-# The container's own process: apply (its stderr joined to stdout, so its output keeps its
-# order), then a status line, then the test in the gate's place. One process and no exec,
-# signal or poll, which keeps the overhead near `docker run --rm`'s. The nonce ($3) is made
+# The container's own process: apply, then a status line, then the test in the gate's place,
+# each with stderr joined to stdout so that the output keeps its order around the line. One
+# process and no exec, signal or poll, which keeps the overhead near `docker run --rm`'s. The nonce ($3) is made
 # after codex has ended and is gone from the process table once the test replaces the gate,
 # so neither the patch nor the code under test can write a status line the runner takes.
 APPLY_STATUS = "runner-apply-exit"
 GATE_SCRIPT = (
     'bash -c "$1" 2>&1; status=$?; echo "' + APPLY_STATUS + ':$3:$status"; '
-    '[ "$status" -eq 0 ] || exit "$status"; exec bash -c "$2"'
+    '[ "$status" -eq 0 ] || exit "$status"; exec bash -c "$2" 2>&1'
 )
-# The daemon's default log driver may not keep output; json-file does, bounded.
-LOG_CONFIG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "256m", "max-file": "1"})
+# The output is read through an attach while the container runs; a log driver would only
+# keep a second, capped copy on the daemon's disk.
+NO_LOG_DRIVER = LogConfig(type=LogConfig.types.NONE)
 APPLY_LOG = "eval-apply.log"
 TEST_LOG = "eval-test.log"
 
@@ -155,16 +156,15 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
             command=[],
             environment=PLACEHOLDER_ENV,
             network_mode=settings.eval_network.value,
-            log_config=LOG_CONFIG,
+            log_config=NO_LOG_DRIVER,
         ) as container,
     ):
         container.put_archive("/", _patch_archive(job.patch))
-        container.start()
-        log.info("evaluate_container_started", timeout_seconds=settings.eval_timeout)
-        ended = wait_main_process(container, deadline=time.monotonic() + settings.eval_timeout)
         splitter = OutputSplitter(nonce, apply_sink, test_sink)
-        for chunk in stream_logs(container):
-            splitter.feed(chunk)
+        with pumping_output(container, splitter.feed):
+            container.start()
+            log.info("evaluate_container_started", timeout_seconds=settings.eval_timeout)
+            ended = wait_main_process(container, deadline=time.monotonic() + settings.eval_timeout)
         splitter.close()
     container_exit, timed_out = ended.exit_code, ended.timed_out
     # Exit 0 is only reachable through a successful apply; otherwise the gate's line says which failed.

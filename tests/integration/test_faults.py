@@ -168,7 +168,8 @@ def test_an_image_removed_before_evaluate_is_named_and_leaves_no_container(
         if docker_client.images.list(name=doomed):
             docker_client.images.remove(doomed, force=True)
     assert done.returncode == 3, done.stderr
-    assert "--allow-pull" in done.stderr and "is not present locally" in done.stderr
+    assert "which this job root's source was extracted from, is not present locally" in done.stderr
+    assert "--job-root" in done.stderr and "--allow-pull" not in done.stderr
     marker = _marker(job, "evaluate")
     assert (marker["status"], marker["reason"]) == ("failed", "image_missing")
     assert read_json(job / "benchmark_run.compact.json")["first_failed_phase"] == "evaluate"
@@ -184,6 +185,21 @@ def test_a_hanging_test_is_killed_at_the_eval_deadline(job_root: Path, stub_imag
     run = read_json(job_root / "benchmark_run.compact.json")
     assert run["official_task_score"]["resolved"] is False
     assert run["failure_attribution_labels"] == ["unresolved_eval_timeout"]
+
+
+def test_a_test_flooding_its_output_loses_none_of_it_nor_applys_status(job_root: Path, stub_image: str) -> None:
+    # More than a json-file log driver capped at 256 MB would keep: the output is read live.
+    flood = 300 * 1024 * 1024
+    test_cmd = f"/usr/local/bin/run_test_entrypoint.sh test_patched && head -c {flood} /dev/zero"
+    done = run_cli("--execute", *stub_args(job_root, stub_image, "--test-cmd", test_cmd))
+    assert done.returncode == 0, done.stderr
+    run = read_json(job_root / "benchmark_run.compact.json")
+    assert run["apply_exit_code"] == 0 and run["patched_exit_code"] == 0
+    assert run["official_task_score"]["resolved"] is True
+    test_log = job_root / "logs" / "eval-test.log"
+    assert test_log.stat().st_size > flood
+    assert "Patch applied successfully" in (job_root / "logs" / "eval-apply.log").read_text()
+    test_log.unlink()
 
 
 def test_a_patch_that_does_not_apply_gets_its_label(tmp_path: Path, stub_image: str) -> None:
