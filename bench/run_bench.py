@@ -8,8 +8,8 @@ JSON (``--output``). Needs a Docker Engine and the stub image's base (see contai
 Trees are written under ``--scratch`` (tmpfs by default, so disk noise does not decide a ratio).
 Runner timings are taken inside a child process around the phase calls (its interpreter start
 and imports are reported apart, once per run, not per phase); CLI timings are wall times of the
-commands. Each extract figure is the best of ``--repeat`` runs, alternating which way goes
-first. Evaluate is the median of 30 rounds (15 with ``--quick``), each running the runner's
+commands. Each extract figure is the best of ``--repeat`` runs (at least 7 for the 1,000-file
+tree, where one noisy run moves the ratio), alternating which way goes first. Evaluate is the median of 30 rounds (15 with ``--quick``), each running the runner's
 evaluate phase, the reference script's own ``docker run --rm`` and a bare ``docker run --rm``
 once, in rotating order.
 """
@@ -181,7 +181,8 @@ def measure_extract(images: dict[int, str], scratch: Path, repeat: int) -> dict:
     results = {}
     for files, image in images.items():
         runner_runs, cli_runs, rss, imports = [], [], [], []
-        for attempt in range(repeat):
+        # A small tree takes well under a second, where one noisy run moves the ratio: more runs.
+        for attempt in range(repeat if files > 1000 else max(repeat, 7)):
             order = ("runner", "cli") if attempt % 2 == 0 else ("cli", "runner")
             for way in order:
                 dest = scratch / f"{way}-{files}"
