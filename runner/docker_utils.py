@@ -259,14 +259,21 @@ def pumping_output(container: Container, sink: Callable[[bytes], None]) -> Itera
 
     Read while the container runs, the output never depends on a log driver that could
     cap, rotate or drop it. On a normal exit of the block the thread is joined (the
-    stream ends with the container); on an error the stream is closed first.
+    stream ends with the container) and an error of ``sink`` is raised here; on an error
+    in the block the stream is closed first.
     """
     stream = container.attach(stdout=True, stderr=True, stream=True, logs=False)
+    sink_failures: list[Exception] = []
 
     def pump() -> None:
         try:
             for chunk in stream:
-                sink(chunk)
+                if sink_failures:
+                    continue  # keep draining, so that the container never blocks on a full pipe
+                try:
+                    sink(chunk)
+                except Exception as e:  # a full disk, say: raised in the caller's thread below
+                    sink_failures.append(e)
         except (DockerException, RequestException, OSError, ValueError):
             pass  # the stream ends abruptly when the container is killed or removed
 
@@ -280,3 +287,5 @@ def pumping_output(container: Container, sink: Callable[[bytes], None]) -> Itera
         raise
     thread.join(timeout=60)
     stream.close()
+    if sink_failures:
+        raise sink_failures[0]

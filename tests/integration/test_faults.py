@@ -202,6 +202,24 @@ def test_a_test_flooding_its_output_loses_none_of_it_nor_applys_status(job_root:
     test_log.unlink()
 
 
+def test_a_failing_output_sink_is_raised_and_never_blocks_the_container(stub_image: str, docker_client) -> None:
+    import errno
+
+    from runner.docker_utils import managed_container, pumping_output, runner_labels, wait_main_process
+
+    def full_disk(chunk: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    labels = runner_labels(job_id="sink-test", run_id="sink-test", phase="evaluate")
+    with managed_container(docker_client, image=stub_image, labels=labels,
+                           entrypoint=["sh", "-c", "head -c 50000000 /dev/zero"], command=[]) as container:
+        with pytest.raises(OSError) as caught, pumping_output(container, full_disk):
+            container.start()
+            ended = wait_main_process(container, deadline=time.monotonic() + 60)
+    assert caught.value.errno == errno.ENOSPC
+    assert (ended.exit_code, ended.timed_out) == (0, False)  # drained: 50 MB never blocked it
+
+
 def test_a_patch_that_does_not_apply_gets_its_label(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path, "fake-codex-mode: binary-change\n")
     done = run_cli("--execute", *stub_args(job, stub_image))
