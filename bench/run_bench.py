@@ -9,9 +9,10 @@ Trees are written under ``--scratch`` (tmpfs by default, so disk noise does not 
 Runner timings are taken inside a child process around the phase calls (its interpreter start
 and imports are reported apart, once per run, not per phase); CLI timings are wall times of the
 commands. Each extract figure is the best of ``--repeat`` runs (at least 7 for the 1,000-file
-tree, where one noisy run moves the ratio), alternating which way goes first. Evaluate is the median of 30 rounds (15 with ``--quick``), each running the runner's
-evaluate phase, the reference script's own ``docker run --rm`` and a bare ``docker run --rm``
-once, in rotating order.
+tree, where one noisy run moves the ratio), alternating which way goes first. Evaluate is the
+median of 30 rounds (15 with ``--quick``), each running the runner's evaluate phase, the
+reference script's own ``docker run --rm`` and a bare ``docker run --rm`` once, in rotating
+order.
 """
 
 from __future__ import annotations

@@ -43,9 +43,10 @@ log = structlog.get_logger(__name__)
 PLACEHOLDER_ENV = {"OPENAI_API_KEY": "api-key", "OPENAI_API_BASE": "api-base-url"}
 # The container's own process: apply, then a status line, then the test in the gate's place,
 # each with stderr joined to stdout so that the output keeps its order around the line. One
-# process and no exec, signal or poll, which keeps the overhead near `docker run --rm`'s. The nonce ($3) is made
-# after codex has ended and is gone from the process table once the test replaces the gate,
-# so neither the patch nor the code under test can write a status line the runner takes.
+# process and no exec, signal or poll, which keeps the overhead near `docker run --rm`'s.
+# The nonce ($3) is made after codex has ended and is gone from the process table once the
+# test replaces the gate, so neither the patch nor the code under test can write a status
+# line the runner takes.
 APPLY_STATUS = "runner-apply-exit"
 GATE_SCRIPT = (
     'bash -c "$1" 2>&1; status=$?; echo "' + APPLY_STATUS + ':$3:$status"; '
