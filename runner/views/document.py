@@ -62,6 +62,7 @@ def suite_document(
     title: str, rows: list[TaskRow], private_texts: list[str], *, health: HealthReport | None = None
 ) -> dict[str, Any]:
     """The public document of a suite (or a batch): totals, per-tag pass@k, one entry per task."""
+    rows = sorted(rows, key=lambda row: row.key)
     summary = summarize(rows)
     document = {
         "title": title,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.views.model import TIMED_PHASES, TaskState
-from runner.views.render import badge, esc, fmt_rate, fmt_seconds, page, stacked_bars, table
+from runner.views.render import STATE_COLORS, badge, esc, fmt_rate, fmt_seconds, page, stacked_bars, table
 
 
 def summary_cards(doc: dict[str, Any]) -> str:
@@ -35,7 +35,7 @@ def states_chart(doc: dict[str, Any]) -> str:
     by_state = doc["summary"]["by_state"]
     states = [state.value for state in TaskState]
     return stacked_bars("tasks-by-state", [("tasks", [float(by_state[s]) for s in states])], states,
-                        value_text=lambda v: f"{v:.0f}")
+                        value_text=lambda v: f"{v:.0f}", colors=[STATE_COLORS[s] for s in states])
 
 
 def tasks_table(doc: dict[str, Any]) -> str:

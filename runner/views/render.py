@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 STATE_COLORS = {
-    "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#ad1457",
+    "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#6a1b9a",
     "queued": "#9e9e9e", "running": "#1565c0", "cancelled": "#616161", "done": "#2e7d32",
 }
 PALETTE = ("#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#c62828", "#5d4037", "#9e9d24")
@@ -20,7 +20,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 20px; color: #212121; backg
 h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 16px; margin: 22px 0 8px 0; }
 .muted { color: #757575; font-size: 12px; }
 table { border-collapse: collapse; margin: 6px 0; }
-th, td { border: 1px solid #e0e0e0; padding: 3px 8px; text-align: left; font-size: 13px; }
+th, td { border: 1px solid #e0e0e0; padding: 3px 7px; text-align: left; font-size: 12px; white-space: nowrap; }
 th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; margin: 10px 0; }
 .card { border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px 14px; min-width: 120px; }
@@ -86,11 +86,11 @@ def _legend(items: list[tuple[str, str]], y: float) -> str:
 
 
 def bar_chart(name: str, items: list[tuple[str, float, str]], *, maximum: float | None = None,
-              value_text=lambda v: f"{v:g}", color: str = PALETTE[0], width: int = 720) -> str:
+              value_text=lambda v: f"{v:g}", color: str = PALETTE[0], width: int = 760) -> str:
     """Horizontal bars: ``items`` are (label, value, tooltip)."""
     if not items:
         return f'<p class="muted" data-chart-empty="{esc(name)}">nothing to chart yet</p>'
-    label_w, bar_h, gap = 220, 16, 6
+    label_w, bar_h, gap = 280, 16, 6
     top = max(maximum or 0.0, *(value for _, value, _ in items)) or 1.0
     plot_w = width - label_w - 80
     height = len(items) * (bar_h + gap) + gap
@@ -100,7 +100,7 @@ def bar_chart(name: str, items: list[tuple[str, float, str]], *, maximum: float 
         y = gap + i * (bar_h + gap)
         w = max(1.0, plot_w * value / top) if value > 0 else 0.0
         parts.append(
-            f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{esc(label[:32])}</text>'
+            f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{esc(label[:44])}</text>'
             f'<rect class="bar" data-label="{esc(label)}" data-value="{value:g}" x="{label_w}" y="{y}" '
             f'width="{w:.1f}" height="{bar_h}" fill="{color}"><title>{esc(tip)}</title></rect>'
             f'<text x="{label_w + w + 6:.1f}" y="{y + 12}">{esc(value_text(value))}</text>'
@@ -110,12 +110,12 @@ def bar_chart(name: str, items: list[tuple[str, float, str]], *, maximum: float 
 
 
 def stacked_bars(name: str, rows: list[tuple[str, list[float]]], segments: list[str], *,
-                 value_text=lambda v: f"{v:g}", width: int = 720) -> str:
+                 value_text=lambda v: f"{v:g}", colors: list[str] | None = None, width: int = 760) -> str:
     """Horizontal stacked bars: each row is (label, one value per segment)."""
     if not rows:
         return f'<p class="muted" data-chart-empty="{esc(name)}">nothing to chart yet</p>'
-    label_w, bar_h, gap = 220, 14, 5
-    colors = [PALETTE[i % len(PALETTE)] for i in range(len(segments))]
+    label_w, bar_h, gap = 280, 14, 5
+    colors = colors or [PALETTE[i % len(PALETTE)] for i in range(len(segments))]
     top = max((sum(values) for _, values in rows), default=0.0) or 1.0
     plot_w = width - label_w - 90
     height = len(rows) * (bar_h + gap) + gap + 24
@@ -123,7 +123,7 @@ def stacked_bars(name: str, rows: list[tuple[str, list[float]]], segments: list[
              f'viewBox="0 0 {width} {height}"><title>{esc(name)}</title>']
     for i, (label, values) in enumerate(rows):
         y = gap + i * (bar_h + gap)
-        parts.append(f'<text x="{label_w - 6}" y="{y + 11}" text-anchor="end">{esc(label[:32])}</text>')
+        parts.append(f'<text x="{label_w - 6}" y="{y + 11}" text-anchor="end">{esc(label[:44])}</text>')
         x = float(label_w)
         for segment, value, color in zip(segments, values, colors):
             if value <= 0:
@@ -142,11 +142,11 @@ def stacked_bars(name: str, rows: list[tuple[str, list[float]]], segments: list[
 
 
 def grid_chart(name: str, labels: list[str], columns: list[int], cells: dict[tuple[str, int], str],
-               *, width: int = 720) -> str:
+               *, width: int = 760) -> str:
     """A tag x attempt grid: each cell coloured by its outcome (a ``STATE_COLORS`` key)."""
     if not labels or not columns:
         return f'<p class="muted" data-chart-empty="{esc(name)}">nothing to chart yet</p>'
-    label_w, cell, gap = 220, 18, 3
+    label_w, cell, gap = 280, 18, 3
     height = 20 + len(labels) * (cell + gap) + 28
     width = max(width, label_w + len(columns) * (cell + gap) + 20)
     parts = [f'<svg class="chart" data-chart="{esc(name)}" role="img" width="{width}" height="{height}" '
@@ -155,7 +155,7 @@ def grid_chart(name: str, labels: list[str], columns: list[int], cells: dict[tup
         parts.append(f'<text x="{label_w + j * (cell + gap) + cell / 2:.0f}" y="13" text-anchor="middle">{column}</text>')
     for i, label in enumerate(labels):
         y = 20 + i * (cell + gap)
-        parts.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">{esc(label[:32])}</text>')
+        parts.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">{esc(label[:44])}</text>')
         for j, column in enumerate(columns):
             outcome = cells.get((label, column))
             if outcome is None:

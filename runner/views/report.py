@@ -76,6 +76,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + summary_cards(doc)
         + "<h2>Resolved per tag and attempt</h2>"
         + grid_chart("resolved-by-tag-attempt", tags, attempts, cells)
+        + '<p class="muted">resolved rate by attempt (scored attempts only)</p>'
         + bar_chart("resolved-rate-by-attempt", by_attempt, maximum=1.0, value_text=fmt_rate)
         + "<h2>pass@1 and pass@k</h2>"
         + bar_chart("pass-at-k", pass_bars, maximum=1.0, value_text=fmt_rate, color="#2e7d32")
