@@ -13,6 +13,8 @@ STATE_COLORS = {
     "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#6a1b9a",
     "queued": "#9e9e9e", "running": "#1565c0", "cancelled": "#616161", "done": "#2e7d32",
 }
+# Nothing may be fetched: the page is whole as written (a report opens offline).
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
 PALETTE = ("#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#c62828", "#5d4037", "#9e9d24")
 
 CSS = """
@@ -69,6 +71,7 @@ def page(title: str, body: str, *, refresh_seconds: int | None = None) -> str:
     refresh = f'<meta http-equiv="refresh" content="{int(refresh_seconds)}">' if refresh_seconds else ""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"{refresh}<title>{esc(title)}</title><style>{CSS}</style></head>"
         f"<body>{body}</body></html>\n"
     )
@@ -163,7 +166,8 @@ def grid_chart(name: str, labels: list[str], columns: list[int], cells: dict[tup
             parts.append(
                 f'<rect class="bar cell" data-label="{esc(label)}" data-attempt="{column}" data-outcome="{esc(outcome)}" '
                 f'x="{label_w + j * (cell + gap)}" y="{y}" width="{cell}" height="{cell}" '
-                f'fill="{STATE_COLORS.get(outcome, "#bdbdbd")}"><title>{esc(f"{label} attempt {column}: {outcome}")}</title></rect>'
+                f'fill="{STATE_COLORS.get(outcome, "#bdbdbd")}">'
+                f'<title>{esc(f"{label} attempt {column}: {outcome}")}</title></rect>'
             )
     used = sorted({outcome for outcome in cells.values()})
     parts.append(_legend([(outcome, STATE_COLORS.get(outcome, "#bdbdbd")) for outcome in used], height - 16))

@@ -65,7 +65,7 @@ def render_html(doc: dict[str, Any]) -> str:
     cells = {(row["tag"], row["attempt"]): row["outcome"] for row in rows}
     by_attempt = [(f"attempt {k}", v, f"attempt {k}: {fmt_rate(v)} resolved") for k, v in summary["rate_by_attempt"].items()]
     pass_bars = [(f"pass@{k}", v, f"pass@{k} = {fmt_rate(v)}") for k, v in summary["pass_at"].items()]
-    labels = [(label, float(count), f"{label}: {count}") for label, count in summary["failure_labels"].items()]
+    labels = [(label, float(count), f"{label}: {count}") for label, count in summary["failure_labels"]]
     phase_rows = [(_task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
                   if r["phase_seconds"]]
     token_rows = [(_task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
@@ -110,10 +110,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += ["## Resolved rate by attempt", ""]
     lines += _md_table(["attempt", "resolved rate"], [[k, fmt_rate(v)] for k, v in s["rate_by_attempt"].items()])
     lines += ["## pass@k", ""]
-    lines += _md_table(["suite", *(f"pass@{k}" for k in s["pass_at"])], [["all tags", *(fmt_rate(v) for v in s["pass_at"].values())]])
+    lines += _md_table(["suite", *(f"pass@{k}" for k in s["pass_at"])],
+                       [["all tags", *(fmt_rate(v) for v in s["pass_at"].values())]])
     lines += _md_table(_pass_headers(doc), _pass_table_rows(doc))
     lines += ["## Failure labels", ""]
-    lines += _md_table(["label", "tasks"], [[label, str(count)] for label, count in s["failure_labels"].items()])
+    lines += _md_table(["label", "tasks"], [[label, str(count)] for label, count in s["failure_labels"]])
     lines += ["## Time per phase per task", ""]
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
                        [[_task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),

@@ -37,7 +37,8 @@ class SuiteMetrics:
 
     Gauges are set from each snapshot; counters and the phase histogram count the
     finished tasks this process has seen (``sync`` records each finished row once,
-    again only if its result changes, e.g. a retried infrastructure failure).
+    again only if its result changes, e.g. a retried infrastructure failure). So a
+    worker needs no metrics hook: its rows are the one record, read at each scrape.
     """
 
     def __init__(self) -> None:
@@ -67,14 +68,9 @@ class SuiteMetrics:
         self._seen: dict[tuple[str, str, int], tuple[Any, ...]] = {}
         self._lock = threading.Lock()
 
-    def observe_phase(self, phase: str, seconds: float) -> None:
-        """One phase ended: the worker may call this directly; ``sync`` does it for finished rows."""
-        if phase in TIMED_PHASES and seconds >= 0:
-            self.phase_seconds.labels(phase=phase).observe(seconds)
-
     def record_finished(self, row: TaskRow) -> None:
         for phase, seconds in row.phase_seconds.items():
-            self.observe_phase(phase, seconds)
+            self.phase_seconds.labels(phase=phase).observe(seconds)  # phases and values checked by TaskRow
         self.finished.labels(outcome=outcome(row)).inc()
         if row.resolved:
             self.resolved.inc()

@@ -42,7 +42,8 @@ def _cached_input_tokens(job_root: Path) -> int:
 
 
 def _task_row(jobs_dir: Path, row: LedgerRow, suite: str) -> TaskRow:
-    attempt = int(getattr(row, "attempt", 1) or 1)  # the batch ledger gains attempts with issue 14
+    attempt = getattr(row, "attempt", None)  # the batch ledger gains attempts with issue 14
+    attempt = 1 if attempt is None else int(attempt)
     job_root = jobs_dir / row.tag
     if (job_root / f"attempt-{attempt}").is_dir():
         job_root = job_root / f"attempt-{attempt}"

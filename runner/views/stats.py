@@ -44,7 +44,7 @@ class SuiteSummary(_Frozen):
     resolved_rate: float | None
     resolved_rate_excluding_infra: float | None
     tokens: dict[str, int]
-    failure_labels: dict[str, int]  # finished, unresolved tasks by label (or state when unlabelled)
+    failure_labels: list[tuple[str, int]]  # (label, tasks) of the finished unresolved, most first
     pass_at: dict[int, float]  # k -> mean pass@k over tags with at least k scored attempts
     rate_by_attempt: dict[int, float]  # attempt -> resolved rate among its scored rows
 
@@ -97,7 +97,7 @@ def summarize(rows: list[TaskRow]) -> SuiteSummary:
         resolved_rate=resolved / len(finished) if finished else None,
         resolved_rate_excluding_infra=resolved / (len(finished) - infra) if len(finished) > infra else None,
         tokens=tokens,
-        failure_labels=dict(labels.most_common()),
+        failure_labels=labels.most_common(),
         pass_at=pass_at,
         rate_by_attempt={
             attempt: sum(1 for row in group if row.resolved) / len(group)

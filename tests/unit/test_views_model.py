@@ -49,7 +49,7 @@ def test_rates_with_and_without_infrastructure_failures(batch_rows: list[TaskRow
     assert summary.by_state == {"queued": 1, "running": 1, "done": 2, "failed": 3, "cancelled": 1}
     assert summary.pass_at == {1: pytest.approx(1 / 3)}  # three tags scored, one resolved
     assert summary.tokens == {"input": 123000, "cached_input": 90000, "output": 6900}
-    assert summary.failure_labels["failed_extract_docker_error"] == 1
+    assert dict(summary.failure_labels)["failed_extract_docker_error"] == 1
 
 
 def test_pass_at_k_per_tag_over_attempts() -> None:
@@ -127,3 +127,11 @@ def test_metrics_count_a_finished_task_once_and_again_only_when_its_result_chang
     assert metrics.registry.get_sample_value("runner_tasks_infra_failed_total") == 1
     assert metrics.registry.get_sample_value("runner_phase_duration_seconds_count", {"phase": "extract"}) == 2
     assert metrics.registry.get_sample_value("runner_codex_tokens_total", {"kind": "input"}) == 7
+
+
+def test_a_label_that_is_a_forbidden_key_name_is_still_shown_as_a_value(tmp_path: Path) -> None:
+    """Labels are values in the document, never keys, so no task result can break the page."""
+    row = TaskRow(suite="s", tag="t", attempt=1, state=TaskState.FAILED, resolved=False, infra_failure=False,
+                  failure_label="solution")
+    doc = suite_document("suite s", [row], view_private_texts())
+    assert doc["summary"]["failure_labels"] == [["solution", 1]]
