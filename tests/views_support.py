@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -120,7 +121,16 @@ def chromium(url: str, user_dir: Path, *extra: str, timeout: float = 120) -> sub
     argv = [CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--hide-scrollbars", f"--user-data-dir={user_dir}", *extra, url]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    # its own process group, so a hung chromium is ended with all its helper processes
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 def dump_dom(url: str, user_dir: Path) -> str:

@@ -139,6 +139,7 @@ def test_status_page_in_chromium(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         dims = screenshot(views.url + "/", tmp_path / "chromium-shot", png, (1280, 900))
 
     dom = _dom(dom_text)
+    assert '<meta http-equiv="refresh" content="5">' in dom_text  # it reloads itself
     assert len(dom.task_rows) == 21  # 6 tags x 3 attempts + 2 running + 1 queued
     running = [r for r in dom.task_rows if r[3] == "running"]
     assert sorted((r[4], r[5]) for r in running) == [("host-1", "codex"), ("host-2", "evaluate")]

@@ -23,6 +23,7 @@ def test_html_report_is_one_self_contained_file(jobs_dir: Path, tmp_path: Path) 
     html = out.read_text()
     for external in ("http://", "https://", "<script", "<link", " src=", "url("):
         assert external not in html, external
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html  # and it may fetch nothing
     for chart in ("resolved-by-tag-attempt", "resolved-rate-by-attempt", "pass-at-k", "failure-labels",
                   "phase-time", "tokens"):
         assert f'data-chart="{chart}"' in html
