@@ -10,6 +10,7 @@ servers in one process (tests) never share a counter. Binds loopback unless told
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -19,6 +20,7 @@ from typing import Any
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from runner.errors import BadInputError
 from runner.views.document import health_view, outcome, suite_document
 from runner.views.model import FINISHED_STATES, TIMED_PHASES, TOKEN_KINDS, HealthReport, StatusSource, TaskRow, TaskState
 from runner.views.pages import render_status_page
@@ -101,6 +103,19 @@ class SuiteMetrics:
         return generate_latest(self.registry)
 
 
+def http_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as given to ``worker --http``.
+
+    Raises:
+        BadInputError: not HOST:PORT, or the port is not 1..65535.
+    """
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInputError(f"--http wants HOST:PORT, e.g. 127.0.0.1:9464 (got {value[:60]!r})")
+    return host, int(port)
+
+
 @dataclass
 class ViewConfig:
     source: StatusSource
@@ -157,6 +172,8 @@ class _ViewServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], config: ViewConfig) -> None:
         self.config = config
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
 
@@ -197,7 +214,7 @@ class BackgroundServer:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     @property
     def metrics(self) -> SuiteMetrics:

@@ -11,7 +11,8 @@ from reducers.guard import check_public
 from runner.views.document import suite_document
 from runner.views.model import HealthReport, HostCheck, SnapshotSource, TaskRow, TaskState
 from runner.views.public import WITHHELD, view_private_texts
-from runner.views.server import SuiteMetrics
+from runner.errors import BadInputError
+from runner.views.server import SuiteMetrics, http_address
 from runner.views.sources import rows_from_jobs_dir
 from runner.views.stats import summarize
 from tests.views_support import KINDS, SECRET_NAME, SECRET_VALUE, make_batch
@@ -135,3 +136,11 @@ def test_a_label_that_is_a_forbidden_key_name_is_still_shown_as_a_value(tmp_path
                   failure_label="solution")
     doc = suite_document("suite s", [row], view_private_texts())
     assert doc["summary"]["failure_labels"] == [["solution", 1]]
+
+
+def test_http_address_for_the_worker_flag() -> None:
+    assert http_address("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert http_address("[::1]:8080") == ("::1", 8080)
+    for bad in ("9464", "127.0.0.1:", ":80", "127.0.0.1:99999", "host:port"):
+        with pytest.raises(BadInputError, match="HOST:PORT"):
+            http_address(bad)
