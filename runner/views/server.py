@@ -41,9 +41,13 @@ class SuiteMetrics:
     finished tasks this process has seen (``sync`` records each finished row once,
     again only if its result changes, e.g. a retried infrastructure failure). So a
     worker needs no metrics hook: its rows are the one record, read at each scrape.
+    ``counted_host``: when the source holds the whole suite (every host's rows), only
+    this host's finished rows are counted, so summing the workers' counters counts
+    each task once; ``runner_tasks`` still shows the suite.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, counted_host: str | None = None) -> None:
+        self.counted_host = counted_host
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.tasks = Gauge("runner_tasks", "Tasks of the suite by state.", ["state"], registry=r)
@@ -93,6 +97,8 @@ class SuiteMetrics:
                 self.check_ok.labels(check=check.name).set(1 if check.ok else 0)
             for row in rows:
                 if row.state not in FINISHED_STATES:
+                    continue
+                if self.counted_host is not None and row.host != self.counted_host:
                     continue
                 signature = (row.state, row.resolved, row.infra_failure, row.failure_label, row.wall_seconds)
                 if self._seen.get(row.key) != signature:
@@ -185,12 +191,17 @@ def make_server(
     title: str = "runner suite status",
     private_texts: list[str] | None = None,
     refresh_seconds: int = 5,
+    counted_host: str | None = None,
 ) -> _ViewServer:
-    """A bound, not yet serving, server (``port=0`` picks a free port: ``server.server_address``)."""
+    """A bound, not yet serving, server (``port=0`` picks a free port: ``server.server_address``).
+
+    ``private_texts``: this host's own (its jobs dir, the broker URL), added to the home
+    directory and the secret values; ``counted_host``: see ``SuiteMetrics``.
+    """
     if host not in LOOPBACK:
         log.warning("views_not_loopback", host=host, hint="the status page is readable by anyone who reaches it")
     config = ViewConfig(source=source, title=title, private_texts=view_private_texts(private_texts or []),
-                        refresh_seconds=refresh_seconds, metrics=SuiteMetrics())
+                        refresh_seconds=refresh_seconds, metrics=SuiteMetrics(counted_host))
     return _ViewServer((host, port), config)
 
 

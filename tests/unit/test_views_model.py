@@ -144,3 +144,13 @@ def test_http_address_for_the_worker_flag() -> None:
     for bad in ("9464", "127.0.0.1:", ":80", "127.0.0.1:99999", "host:port"):
         with pytest.raises(BadInputError, match="HOST:PORT"):
             http_address(bad)
+
+
+def test_a_worker_counts_only_its_own_hosts_tasks_from_a_suite_wide_source() -> None:
+    health = HealthReport(checks=[], taking_work=True, slots_busy=0, slots_total=2)
+    rows = [TaskRow(suite="s", tag="t", attempt=i, state=TaskState.DONE, resolved=True, infra_failure=False,
+                    host=f"host-{i % 2}") for i in range(5)]
+    metrics = SuiteMetrics(counted_host="host-1")
+    metrics.sync(rows, health)
+    assert metrics.registry.get_sample_value("runner_tasks_resolved_total") == 2
+    assert metrics.registry.get_sample_value("runner_tasks", {"state": "done"}) == 5
