@@ -1,0 +1,82 @@
+"""Task rows and health to one public document, which the page and the report render.
+
+Invariant: renderers read only this document, and it has passed the public guard
+(``runner.views.public.public_document``); nothing else reaches the HTML.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from runner.views.model import HealthReport, TaskRow, TaskState
+from runner.views.public import public_document
+from runner.views.stats import summarize, tag_summaries
+
+
+def outcome(row: TaskRow) -> str:
+    """One word for a row: resolved, unresolved, infra, failed, queued, running or cancelled."""
+    if row.state is TaskState.DONE:
+        return "resolved" if row.resolved else "unresolved"
+    if row.state is TaskState.FAILED:
+        return "infra" if row.infra_failure else "failed"
+    return row.state.value
+
+
+def _row_view(row: TaskRow) -> dict[str, Any]:
+    return {
+        "suite": row.suite,
+        "tag": row.tag,
+        "attempt": row.attempt,
+        "state": row.state.value,
+        "outcome": outcome(row),
+        "host": row.host,
+        "phase": row.phase.value if row.phase else None,
+        "resolved": row.resolved,
+        "infra_failure": row.infra_failure,
+        "failure_label": row.failure_label,
+        "phase_seconds": dict(row.phase_seconds),
+        "wall_seconds": row.wall_seconds,
+        "tokens": dict(row.tokens),
+    }
+
+
+def health_view(health: HealthReport) -> dict[str, Any]:
+    return {
+        "status": "ok" if health.healthy else ("draining" if health.draining else "not_taking_work"),
+        "taking_work": health.taking_work,
+        "draining": health.draining,
+        "slots_busy": health.slots_busy,
+        "slots_total": health.slots_total,
+        "slots_free": max(0, health.slots_total - health.slots_busy),
+        "checks": [check.model_dump() for check in health.checks],
+        "failing": [check.name for check in health.failing],
+    }
+
+
+def _str_keys(mapping: dict[int, float]) -> dict[str, float]:
+    return {str(key): value for key, value in mapping.items()}
+
+
+def suite_document(
+    title: str, rows: list[TaskRow], private_texts: list[str], *, health: HealthReport | None = None
+) -> dict[str, Any]:
+    """The public document of a suite (or a batch): totals, per-tag pass@k, one entry per task."""
+    rows = sorted(rows, key=lambda row: row.key)
+    summary = summarize(rows)
+    document = {
+        "title": title,
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "health": health_view(health) if health is not None else None,
+        "summary": {
+            **summary.model_dump(exclude={"pass_at", "rate_by_attempt"}),
+            "pass_at": _str_keys(summary.pass_at),
+            "rate_by_attempt": _str_keys(summary.rate_by_attempt),
+        },
+        "tags": [
+            {**tag.model_dump(exclude={"pass_at"}), "pass_at": _str_keys(tag.pass_at)}
+            for tag in tag_summaries(rows)
+        ],
+        "rows": [_row_view(row) for row in rows],
+    }
+    return public_document(title, document, private_texts)

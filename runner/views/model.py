@@ -1,0 +1,148 @@
+"""What the views read: a host's health and one row per task and attempt.
+
+Invariants: every model is frozen and refuses unknown fields; names that end up
+in metric labels or on the page (state, phase, token kind, check name) come from
+closed sets or narrow patterns, so no task text or path can become a label.
+Free text (a check's detail) is still passed through the public guard before it
+is shown (``runner.views.public``).
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from reducers.models import Phase
+
+# The phases a task reports durations for, in pipeline order (reduce is bookkeeping).
+TIMED_PHASES: tuple[str, ...] = tuple(p.value for p in Phase if p is not Phase.REDUCE)
+# Token kinds, as the compact result's metrics name them (cached input is part of input).
+TOKEN_KINDS: tuple[str, ...] = ("input", "cached_input", "output")
+_NAME = r"^[a-z0-9][a-z0-9_]{0,47}$"
+_SUITE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+_TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}$"  # runner.settings.SAFE_TAG
+_HOST = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_LABEL = r"^[a-z0-9_]{1,128}$"
+
+
+class TaskState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"  # a verdict: resolved or not
+    FAILED = "failed"  # no verdict: a phase failed, bad input or a broken host
+    CANCELLED = "cancelled"  # the operator cancelled or interrupted it
+
+
+FINISHED_STATES = frozenset({TaskState.DONE, TaskState.FAILED})
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HostCheck(_Frozen):
+    """One host check (docker, disk, codex, codex_login, broker, ...)."""
+
+    name: str = Field(pattern=_NAME)
+    ok: bool
+    detail: str = ""
+
+
+class HealthReport(_Frozen):
+    checks: list[HostCheck]
+    taking_work: bool
+    draining: bool = False
+    slots_busy: int = Field(ge=0)
+    slots_total: int = Field(ge=0)
+
+    @property
+    def healthy(self) -> bool:
+        """What /healthz answers 200 for: taking work and not draining."""
+        return self.taking_work and not self.draining
+
+    @property
+    def failing(self) -> list[HostCheck]:
+        return [check for check in self.checks if not check.ok]
+
+
+class TaskRow(_Frozen):
+    """One (suite, tag, attempt): where it is, how it ended, what it cost."""
+
+    suite: str = Field(pattern=_SUITE)
+    tag: str = Field(pattern=_TAG)
+    attempt: int = Field(ge=0)
+    state: TaskState
+    host: str | None = Field(default=None, pattern=_HOST)
+    phase: Phase | None = None  # the phase running now (running) or where it stopped
+    resolved: bool | None = None
+    infra_failure: bool | None = None
+    failure_label: str | None = Field(default=None, pattern=_LABEL)
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    wall_seconds: float | None = Field(default=None, ge=0)
+    tokens: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("phase_seconds")
+    @classmethod
+    def _known_phases(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(TIMED_PHASES))
+        if unknown:
+            raise ValueError(f"unknown phase(s) {unknown}; expected some of {list(TIMED_PHASES)}")
+        if any(seconds < 0 for seconds in value.values()):
+            raise ValueError("phase durations cannot be negative")
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _known_kinds(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(TOKEN_KINDS))
+        if unknown:
+            raise ValueError(f"unknown token kind(s) {unknown}; expected some of {list(TOKEN_KINDS)}")
+        if any(count < 0 for count in value.values()):
+            raise ValueError("token counts cannot be negative")
+        return value
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.suite, self.tag, self.attempt)
+
+
+@runtime_checkable
+class StatusSource(Protocol):
+    """What the views need from a worker (or a batch, or a suite ledger)."""
+
+    def health(self) -> HealthReport: ...
+
+    def rows(self) -> list[TaskRow]: ...
+
+
+class SnapshotSource:
+    """A thread-safe in-memory ``StatusSource``: a worker (or a test) pushes, the server reads.
+
+    A row is keyed by (suite, tag, attempt); ``upsert`` replaces the earlier one.
+    """
+
+    def __init__(self, health: HealthReport, rows: list[TaskRow] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._health = health
+        self._rows: dict[tuple[str, str, int], TaskRow] = {}
+        for row in rows or []:
+            self._rows[row.key] = row
+
+    def health(self) -> HealthReport:
+        with self._lock:
+            return self._health
+
+    def rows(self) -> list[TaskRow]:
+        with self._lock:
+            return sorted(self._rows.values(), key=lambda row: row.key)
+
+    def set_health(self, health: HealthReport) -> None:
+        with self._lock:
+            self._health = health
+
+    def upsert(self, row: TaskRow) -> None:
+        with self._lock:
+            self._rows[row.key] = row

@@ -1,0 +1,106 @@
+"""Suite numbers from task rows: totals, resolved rates, pass@1 and pass@k per tag.
+
+Pure. Conventions, the same on the page, in /metrics and in the report:
+- a rate counts finished tasks only (done or failed); queued, running and
+  cancelled tasks are in no denominator;
+- "excluding infrastructure failures" drops the finished tasks whose failure was
+  the host's or the runner's (``reducers.passk.is_infra_failure``), not the agent's;
+- pass@k counts, per tag, the attempts that finished without an infrastructure
+  failure (n) and those resolved (c): an attempt the host broke says nothing of the agent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from pydantic import BaseModel, ConfigDict
+
+from reducers.passk import mean_pass_at_k, pass_at_k
+from runner.views.model import FINISHED_STATES, TOKEN_KINDS, TaskRow, TaskState
+
+# The k values a report shows at most (pass@1 always, then these up to the attempts run).
+K_VALUES = (1, 2, 3, 5, 10, 20, 50, 100)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TagSummary(_Frozen):
+    suite: str
+    tag: str
+    attempts: int  # rows of this tag, any state
+    scored: int  # n: finished without an infrastructure failure
+    resolved: int  # c
+    pass_at: dict[int, float]  # k -> pass@k, for every k in K_VALUES with k <= n
+
+
+class SuiteSummary(_Frozen):
+    tasks: int
+    by_state: dict[str, int]
+    finished: int
+    resolved: int
+    infra_failures: int
+    resolved_rate: float | None
+    resolved_rate_excluding_infra: float | None
+    tokens: dict[str, int]
+    failure_labels: list[tuple[str, int]]  # (label, tasks) of the finished unresolved, most first
+    pass_at: dict[int, float]  # k -> mean pass@k over tags with at least k scored attempts
+    rate_by_attempt: dict[int, float]  # attempt -> resolved rate among its scored rows
+
+
+def _is_infra(row: TaskRow) -> bool:
+    return bool(row.infra_failure)
+
+
+def scored(row: TaskRow) -> bool:
+    """Does this row count in pass@k: finished, and not an infrastructure failure."""
+    return row.state in FINISHED_STATES and not _is_infra(row)
+
+
+def tag_summaries(rows: list[TaskRow]) -> list[TagSummary]:
+    groups: dict[tuple[str, str], list[TaskRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.suite, row.tag)].append(row)
+    out = []
+    for (suite, tag), group in sorted(groups.items()):
+        n = sum(1 for row in group if scored(row))
+        c = sum(1 for row in group if scored(row) and row.resolved)
+        out.append(
+            TagSummary(
+                suite=suite, tag=tag, attempts=len(group), scored=n, resolved=c,
+                pass_at={k: pass_at_k(n, c, k) for k in K_VALUES if k <= n},
+            )
+        )
+    return out
+
+
+def summarize(rows: list[TaskRow]) -> SuiteSummary:
+    finished = [row for row in rows if row.state in FINISHED_STATES]
+    resolved = sum(1 for row in finished if row.resolved)
+    infra = sum(1 for row in finished if _is_infra(row))
+    tokens = {kind: sum(row.tokens.get(kind, 0) for row in rows) for kind in TOKEN_KINDS}
+    labels = Counter(row.failure_label or row.state.value for row in finished if not row.resolved)
+    tags = tag_summaries(rows)
+    counts = [(tag.scored, tag.resolved) for tag in tags]
+    pass_at = {k: value for k in K_VALUES if (value := mean_pass_at_k(counts, k)) is not None}
+    by_attempt: dict[int, list[TaskRow]] = defaultdict(list)
+    for row in rows:
+        if scored(row):
+            by_attempt[row.attempt].append(row)
+    return SuiteSummary(
+        tasks=len(rows),
+        by_state={state.value: sum(1 for row in rows if row.state is state) for state in TaskState},
+        finished=len(finished),
+        resolved=resolved,
+        infra_failures=infra,
+        resolved_rate=resolved / len(finished) if finished else None,
+        resolved_rate_excluding_infra=resolved / (len(finished) - infra) if len(finished) > infra else None,
+        tokens=tokens,
+        failure_labels=labels.most_common(),
+        pass_at=pass_at,
+        rate_by_attempt={
+            attempt: sum(1 for row in group if row.resolved) / len(group)
+            for attempt, group in sorted(by_attempt.items())
+        },
+    )

@@ -1,0 +1,156 @@
+"""The views' models, numbers and guard, on rows read back from a real batch's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from reducers.guard import check_public
+from runner.views.document import suite_document
+from runner.views.model import HealthReport, HostCheck, SnapshotSource, TaskRow, TaskState
+from runner.views.public import WITHHELD, view_private_texts
+from runner.errors import BadInputError
+from runner.views.server import SuiteMetrics, http_address
+from runner.views.sources import rows_from_jobs_dir
+from runner.views.stats import summarize
+from tests.views_support import KINDS, SECRET_NAME, SECRET_VALUE, make_batch
+
+
+@pytest.fixture
+def batch_rows(tmp_path: Path) -> list[TaskRow]:
+    batch = make_batch(tmp_path / "jobs", {f"t{i}_{kind}": kind for i, kind in enumerate(KINDS)})
+    return rows_from_jobs_dir(batch.jobs_dir)
+
+
+def test_rows_from_a_batch_carry_state_verdict_label_durations_and_tokens(batch_rows: list[TaskRow]) -> None:
+    by_tag = {row.tag: row for row in batch_rows}
+    ok = by_tag["t0_resolved"]
+    assert (ok.state, ok.resolved, ok.infra_failure, ok.failure_label) == (TaskState.DONE, True, False, None)
+    assert ok.phase_seconds["codex"] == 95.0 and ok.tokens == {"input": 41000, "cached_input": 30000, "output": 2300}
+    assert by_tag["t1_unresolved"].failure_label == "unresolved_single_tag_eval_compact_result"
+    agent = by_tag["t2_agent_failure"]
+    assert (agent.state, agent.phase.value, agent.infra_failure) == (TaskState.FAILED, "codex", False)
+    infra = by_tag["t3_infra_failure"]
+    assert (infra.failure_label, infra.infra_failure) == ("failed_extract_docker_error", True)
+    assert by_tag["t4_bad_environment"].failure_label == "bad_environment"
+
+
+def test_rates_with_and_without_infrastructure_failures(batch_rows: list[TaskRow]) -> None:
+    extra = [
+        TaskRow(suite="local", tag="t9_queued", attempt=1, state=TaskState.QUEUED),
+        TaskRow(suite="local", tag="t9_running", attempt=1, state=TaskState.RUNNING, host="h1", phase="codex"),
+        TaskRow(suite="local", tag="t9_cancelled", attempt=1, state=TaskState.CANCELLED),
+    ]
+    summary = summarize(batch_rows + extra)
+    assert summary.tasks == 8 and summary.finished == 5 and summary.resolved == 1 and summary.infra_failures == 2
+    assert summary.resolved_rate == pytest.approx(1 / 5)
+    assert summary.resolved_rate_excluding_infra == pytest.approx(1 / 3)
+    assert summary.by_state == {"queued": 1, "running": 1, "done": 2, "failed": 3, "cancelled": 1}
+    assert summary.pass_at == {1: pytest.approx(1 / 3)}  # three tags scored, one resolved
+    assert summary.tokens == {"input": 123000, "cached_input": 90000, "output": 6900}
+    assert dict(summary.failure_labels)["failed_extract_docker_error"] == 1
+
+
+def test_pass_at_k_per_tag_over_attempts() -> None:
+    rows = [
+        TaskRow(suite="s", tag="a", attempt=i, state=TaskState.DONE, resolved=i == 1, infra_failure=False)
+        for i in range(1, 5)
+    ] + [TaskRow(suite="s", tag="a", attempt=5, state=TaskState.FAILED, resolved=False, infra_failure=True)]
+    summary = summarize(rows)
+    assert summary.pass_at[1] == pytest.approx(0.25) and summary.pass_at[2] == pytest.approx(0.5)
+    assert 5 not in summary.pass_at  # the infra failure is no attempt of the agent's
+    assert summary.rate_by_attempt == {1: 1.0, 2: 0.0, 3: 0.0, 4: 0.0}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"tag": "a; rm -rf /"},
+        {"suite": "$(reboot)"},
+        {"phase_seconds": {"thinking": 1.0}},
+        {"tokens": {"reasoning": 3}},
+        {"tokens": {"input": -1}},
+        {"failure_label": "Failed at /home/op"},
+        {"host": "host name with spaces"},
+        {"state": "exploded"},
+        {"secret": "x"},
+    ],
+)
+def test_task_rows_refuse_what_could_leak_into_a_label_or_the_page(bad: dict) -> None:
+    fields = {"suite": "s", "tag": "t", "attempt": 1, "state": "done", **bad}
+    with pytest.raises(ValidationError):
+        TaskRow(**fields)
+
+
+def test_free_text_is_withheld_and_the_document_passes_the_guard(
+    batch_rows: list[TaskRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_NAME, SECRET_VALUE)
+    health = HealthReport(
+        checks=[
+            HostCheck(name="disk", ok=False, detail=f"only 1 GB free under {tmp_path}"),
+            HostCheck(name="codex_login", ok=False, detail=f"login token {SECRET_VALUE} expired"),
+            HostCheck(name="docker", ok=True, detail="engine 20.10 answers"),
+        ],
+        taking_work=False, slots_busy=0, slots_total=2,
+    )
+    private = view_private_texts([str(tmp_path)])
+    doc = suite_document("suite s", batch_rows, private, health=health)
+    details = [check["detail"] for check in doc["health"]["checks"]]
+    assert details == [WITHHELD, WITHHELD, "engine 20.10 answers"]
+    check_public("doc", doc, private_texts=private)  # does not raise
+    assert str(tmp_path) not in repr(doc) and SECRET_VALUE not in repr(doc)
+
+
+def test_snapshot_source_keeps_one_row_per_task_and_attempt() -> None:
+    health = HealthReport(checks=[], taking_work=True, slots_busy=0, slots_total=1)
+    source = SnapshotSource(health)
+    source.upsert(TaskRow(suite="s", tag="t", attempt=1, state=TaskState.RUNNING, phase="extract"))
+    source.upsert(TaskRow(suite="s", tag="t", attempt=1, state=TaskState.DONE, resolved=True))
+    source.upsert(TaskRow(suite="s", tag="t", attempt=2, state=TaskState.QUEUED))
+    assert [(row.attempt, row.state) for row in source.rows()] == [(1, TaskState.DONE), (2, TaskState.QUEUED)]
+
+
+def test_metrics_count_a_finished_task_once_and_again_only_when_its_result_changes() -> None:
+    health = HealthReport(checks=[], taking_work=True, slots_busy=1, slots_total=2)
+    metrics = SuiteMetrics()
+    failed = TaskRow(suite="s", tag="t", attempt=1, state=TaskState.FAILED, resolved=False, infra_failure=True,
+                     failure_label="failed_extract_docker_error", phase_seconds={"extract": 2.0}, wall_seconds=3.0)
+    metrics.sync([failed], health)
+    metrics.sync([failed], health)
+    assert metrics.registry.get_sample_value("runner_tasks_infra_failed_total") == 1
+    retried = TaskRow(suite="s", tag="t", attempt=1, state=TaskState.DONE, resolved=True, infra_failure=False,
+                      phase_seconds={"extract": 2.5, "codex": 40.0}, wall_seconds=50.0, tokens={"input": 7})
+    metrics.sync([retried], health)
+    assert metrics.registry.get_sample_value("runner_tasks_resolved_total") == 1
+    assert metrics.registry.get_sample_value("runner_tasks_infra_failed_total") == 1
+    assert metrics.registry.get_sample_value("runner_phase_duration_seconds_count", {"phase": "extract"}) == 2
+    assert metrics.registry.get_sample_value("runner_codex_tokens_total", {"kind": "input"}) == 7
+
+
+def test_a_label_that_is_a_forbidden_key_name_is_still_shown_as_a_value(tmp_path: Path) -> None:
+    """Labels are values in the document, never keys, so no task result can break the page."""
+    row = TaskRow(suite="s", tag="t", attempt=1, state=TaskState.FAILED, resolved=False, infra_failure=False,
+                  failure_label="solution")
+    doc = suite_document("suite s", [row], view_private_texts())
+    assert doc["summary"]["failure_labels"] == [["solution", 1]]
+
+
+def test_http_address_for_the_worker_flag() -> None:
+    assert http_address("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert http_address("[::1]:8080") == ("::1", 8080)
+    for bad in ("9464", "127.0.0.1:", ":80", "127.0.0.1:99999", "host:port"):
+        with pytest.raises(BadInputError, match="HOST:PORT"):
+            http_address(bad)
+
+
+def test_a_worker_counts_only_its_own_hosts_tasks_from_a_suite_wide_source() -> None:
+    health = HealthReport(checks=[], taking_work=True, slots_busy=0, slots_total=2)
+    rows = [TaskRow(suite="s", tag="t", attempt=i, state=TaskState.DONE, resolved=True, infra_failure=False,
+                    host=f"host-{i % 2}") for i in range(5)]
+    metrics = SuiteMetrics(counted_host="host-1")
+    metrics.sync(rows, health)
+    assert metrics.registry.get_sample_value("runner_tasks_resolved_total") == 2
+    assert metrics.registry.get_sample_value("runner_tasks", {"state": "done"}) == 5
