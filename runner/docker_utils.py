@@ -24,7 +24,9 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.images import Image
+from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
+from urllib3.exceptions import ProtocolError
 
 from runner.errors import DockerUnavailableError, EnvironmentNotReadyError, ImageMissingError
 from runner.owner import Owner, current_owner
@@ -70,6 +72,23 @@ def owner_of(labels: dict[str, str]) -> Owner | None:
         pid=int(pid),
         start_ticks=labels.get(LABEL_PID_START, ""),
     )
+
+
+def daemon_gone(error: BaseException) -> bool:
+    """Did this error come from losing the daemon (stopped, crashed, socket gone) mid-call?
+
+    docker-py lets the transport's errors through (``requests.ConnectionError``, which is an
+    ``OSError``, or urllib3's ``ProtocolError`` from a broken stream); looked for along the
+    chain of causes, so a wrapped one is found too. A read timeout is not one of them.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (RequestsConnectionError, ProtocolError, ConnectionError)):
+            return "timed out" not in str(current).lower()
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def connect(timeout: int = 30) -> docker.DockerClient:
@@ -221,13 +240,26 @@ def archive_stream(container: Container, path: str) -> IO[bytes]:
     Raises:
         NotFound: ``path`` does not exist in the container.
     """
-    chunks, _stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
+    return archive_stream_with_stat(container, path)[0]
+
+
+# Go's os.ModeSymlink, in the mode of the daemon's path stat.
+_GO_MODE_SYMLINK = 1 << 27
+
+
+def is_symlink_stat(stat: dict[str, Any]) -> bool:
+    return bool(stat.get("linkTarget")) or bool(int(stat.get("mode", 0) or 0) & _GO_MODE_SYMLINK)
+
+
+def archive_stream_with_stat(container: Container, path: str) -> tuple[IO[bytes], dict[str, Any]]:
+    """``archive_stream`` and the daemon's stat of ``path`` (``name``, ``mode``, ``linkTarget``)."""
+    chunks, stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
     first = next(chunks, b"")
     # docker-py keeps the streaming response in its generator's frame and offers no
     # handle to it; take it from there so that closing the stream closes the socket.
     frame = getattr(chunks, "gi_frame", None)
     response = frame.f_locals.get("response") if frame is not None else None
-    return io.BufferedReader(_ChunkReader(chunks, first, response), buffer_size=ARCHIVE_CHUNK)
+    return io.BufferedReader(_ChunkReader(chunks, first, response), buffer_size=ARCHIVE_CHUNK), dict(stat or {})
 
 
 @dataclass(frozen=True)
@@ -240,7 +272,9 @@ def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcom
     """Wait for the container's own process; its exit code comes from the daemon; killed at ``deadline``."""
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except RequestException:  # the wait timed out: the deadline passed
+    except RequestException as e:  # the wait timed out: the deadline passed (or the daemon went)
+        if daemon_gone(e) and time.monotonic() < deadline:
+            raise DockerUnavailableError(f"lost during the wait: {type(e).__name__}") from e
         try:
             container.kill()
         except NotFound:

@@ -19,7 +19,7 @@ from requests.exceptions import RequestException
 
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
-from runner.docker_utils import connect, ensure_image, image_identity, managed_container
+from runner.docker_utils import connect, daemon_gone, ensure_image, image_identity, managed_container
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError
 from runner.settings import RunnerSettings
 
@@ -152,6 +152,8 @@ def _docker_checks(
     try:
         bits = _probe_layout(client, settings, image_id, labels)
     except (DockerException, RequestException) as e:
+        if daemon_gone(e):
+            raise
         detail = f"the layout probe container failed ({type(e).__name__}); see the Docker daemon's log"
         return checks + [Check(name=name, ok=False, detail=detail) for name in _PROBE_BITS], image_id
     unprobed = {
@@ -187,7 +189,13 @@ def run_precheck(
         if client is None:
             client = connect()
         checks.append(Check(name="docker_daemon", ok=True, detail="the daemon answers"))
-        docker_checks, image_id = _docker_checks(client, settings, labels)
+        try:
+            docker_checks, image_id = _docker_checks(client, settings, labels)
+        except Exception as e:  # it answered the ping, then stopped: the same unhealthy daemon
+            if not daemon_gone(e):
+                raise
+            checks.pop()
+            raise DockerUnavailableError(f"it stopped answering: {type(e).__name__}") from e
         checks += docker_checks
     except DockerUnavailableError as e:
         checks.append(Check(name="docker_daemon", ok=False, detail=str(e)))
