@@ -87,10 +87,7 @@ TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
 
 
 def child_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
-    """The batch's environment without the task variables, naming the batch so the task ends with it."""
-    env = {key: value for key, value in environ.items() if key not in TASK_ENV}
-    env[BATCH_PARENT_ENV] = str(os.getpid())
-    return env
+    return {key: value for key, value in environ.items() if key not in TASK_ENV}
 
 
 def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | None) -> list[str]:
@@ -286,7 +283,8 @@ def _run_one(
         child = subprocess.Popen(
             child_argv(settings, tag, job_root, image),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
-            env=child_environment(os.environ),
+            # Named, the batch's pid lets the task end with the batch (runner/lifeline.py).
+            env={**child_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
             start_new_session=True,  # a terminal's Ctrl-C reaches the batch only; it passes one SIGTERM on
         )
     children.add(child)
@@ -370,6 +368,11 @@ def _run_locked(
         children.stop_all()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if ledger.journal_entries:
+            try:
+                ledger.compact()  # the snapshot holds every row when the batch ends
+            except (OSError, RunnerError) as e:
+                log.error("ledger_not_written", error_type=type(e).__name__)
     interrupted = interrupted or any(row.state == "interrupted" for row in ran)
     phase_seconds: Counter[str] = Counter()
     for row in ran:
