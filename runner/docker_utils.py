@@ -11,6 +11,8 @@ Invariants:
 from __future__ import annotations
 
 import io
+import os
+import re
 import socket
 import threading
 import time
@@ -43,6 +45,11 @@ LABEL_BOOT = f"{LABEL_NAMESPACE}.boot-id"
 LABEL_PIDNS = f"{LABEL_NAMESPACE}.pid-namespace"
 LABEL_PID = f"{LABEL_NAMESPACE}.pid"
 LABEL_PID_START = f"{LABEL_NAMESPACE}.pid-start"
+# An operator's (or a test session's) own label: its containers carry it, and a sweep run
+# with the same variable touches only containers that carry it.
+LABEL_SESSION = f"{LABEL_NAMESPACE}.session"
+SESSION_ENV = "RUNNER_SESSION"
+_SAFE_SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ARCHIVE_CHUNK = 1024 * 1024
 
 
@@ -50,6 +57,7 @@ def runner_labels(*, job_id: str, run_id: str, phase: str) -> dict[str, str]:
     """The labels every runner container carries; the owner's let a sweep tell live runs from dead."""
     owner = current_owner()
     return {
+        **session_label(),
         LABEL_MANAGED: "true",
         LABEL_JOB: job_id,
         LABEL_RUN: run_id,
@@ -60,6 +68,12 @@ def runner_labels(*, job_id: str, run_id: str, phase: str) -> dict[str, str]:
         LABEL_PID: str(owner.pid),
         LABEL_PID_START: owner.start_ticks,
     }
+
+
+def session_label() -> dict[str, str]:
+    """``{LABEL_SESSION: $RUNNER_SESSION}`` when that variable holds a plain label, else nothing."""
+    session = os.environ.get(SESSION_ENV, "")
+    return {LABEL_SESSION: session} if _SAFE_SESSION.fullmatch(session) else {}
 
 
 def owner_of(labels: dict[str, str]) -> Owner | None:
@@ -159,9 +173,10 @@ def sweep_strays(client: docker.DockerClient, *, job_id: str | None = None) -> t
     With ``job_id``, every container of that job is a stray (the caller holds the
     job root's lock, so no live run owns one). Without it, a container is a stray
     only when its owner ran in this boot and this pid namespace and is gone;
-    containers of other sandboxes on the same daemon are kept.
+    containers of other sandboxes on the same daemon are kept. With ``RUNNER_SESSION``
+    set, only containers of that session are looked at.
     """
-    labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {})}
+    labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {}), **session_label()}
     here = current_owner()
     removed = kept = 0
     for container in _labelled(client, labels):
