@@ -190,6 +190,9 @@ def _stream_diff(repo: Repo, baseline_commit: str, dest: Path) -> tuple[str, int
         raise
     finally:
         Path(tmp).unlink(missing_ok=True)
+        for pipe in (process.proc.stdout, process.proc.stderr) if process.proc is not None else ():
+            if pipe is not None:
+                pipe.close()
     return digest.hexdigest(), size, counter.close()
 
 
