@@ -8,7 +8,8 @@ An upsert appends one line to ``run-ledger.journal.jsonl`` (the row, through the
 guard) instead of rewriting the whole ledger: rewriting 10,000 rows took 1.5 s a
 task. The snapshot (``run-ledger.json``, same format as ever, and its Markdown)
 is rewritten when the journal has grown by an eighth of the rows, when a minute
-has passed, and when the batch ends; so an upsert costs a constant amortized.
+(and at least twenty times the last rewrite's duration) has passed, and when the
+batch ends; so an upsert costs a constant amortized.
 Loading replays the journal over the snapshot (a torn last line is ignored).
 """
 
@@ -68,6 +69,7 @@ class RunLedger:
         self.rows: dict[str, LedgerRow] = self._load()
         self._journal_entries = self._replay()
         self._compacted_at = time.monotonic()
+        self._compact_seconds = 0.0
 
     def _load(self) -> dict[str, LedgerRow]:
         if not self.json_path.exists():
@@ -108,7 +110,10 @@ class RunLedger:
         self.rows[row.tag] = row
         self._journal_entries += 1
         due = self._journal_entries >= max(1, len(self.rows) // COMPACT_FRACTION)
-        if due or time.monotonic() - self._compacted_at > COMPACT_SECONDS:
+        # By time too, so the snapshot never lags for long; but never more than 1/20 of the wall
+        # time goes to it, however large the ledger (a rewrite of 10,000 rows takes seconds).
+        waited = time.monotonic() - self._compacted_at
+        if due or waited > max(COMPACT_SECONDS, 20 * self._compact_seconds):
             self.compact()
 
     @property
@@ -118,12 +123,14 @@ class RunLedger:
 
     def compact(self) -> None:
         """The snapshot and its Markdown from every row, then an empty journal."""
+        started = time.monotonic()
         document = self.document()
         publish(self.json_path, document, private_texts=self._private)
         write_bytes_atomic(self.md_path, render_markdown(document).encode())
         self.journal_path.unlink(missing_ok=True)  # a crash before this: replaying it again is harmless
         self._journal_entries = 0
         self._compacted_at = time.monotonic()
+        self._compact_seconds = self._compacted_at - started
 
     def document(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA, "rows": [self.rows[tag].model_dump() for tag in sorted(self.rows)]}
