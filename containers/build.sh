@@ -2,7 +2,7 @@
 # Build the stub AgentIssue-Bench task image without any registry access.
 # Usage: bash containers/build.sh [TAG]        (default TAG: agentissue-runner-stub:latest)
 # Base image: $STUB_BASE_IMAGE, else runner-base:bookworm when it exists locally
-# (built by /work/shared/tools/build-debian-base.sh), else debian:bookworm-slim.
+# (built by scripts/build-base-image.sh), else debian:bookworm-slim.
 # Idempotent: rebuilding unchanged sources reuses Docker's layer cache and re-tags the same image.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

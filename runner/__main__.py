@@ -1,6 +1,10 @@
 import importlib
 import sys
 
+from runner import early_signals
+
+early_signals.install()  # before the heavy imports below: a signal then is not lost
+
 # `python -m runner NAME ...` runs that module's main(argv); anything else is the single-task CLI.
 SUBCOMMANDS = {
     "report": "runner.views.report",

@@ -12,6 +12,8 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import signal
@@ -31,14 +33,19 @@ import structlog
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import BENCHMARK_RUN
 from runner.ledger import LedgerRow, RunLedger
+from runner.lifeline import BATCH_PARENT_ENV
 from runner.public import private_texts_for
-from runner.lock import job_root_lock
+from runner.lock import LOCK_NAME, job_root_lock
 from runner.settings import SAFE_HOST_PATH, SAFE_TAG, RunnerSettings
 
 log = structlog.get_logger(__name__)
 
 BATCH_LOGS = ".batch-logs"
 BATCH_LOCK = ".batch.lock"
+# A task of an earlier batch that died may still be cleaning up (it got SIGTERM with its batch):
+# its job root's lock is waited for this long before the task is started anyway (and refused).
+STALE_LOCK_WAIT = 60.0
+FOLLOW_INTERVAL = 0.1
 _STATE_BY_EXIT = {
     int(ExitCode.COMPLETED): "completed",
     int(ExitCode.RUNNER_FAILURE): "failed",
@@ -63,7 +70,7 @@ def read_tags_file(path: Path) -> list[str]:
         tag = line.split("#", 1)[0].strip()
         if not tag:
             continue
-        if not SAFE_TAG.fullmatch(tag):
+        if not SAFE_TAG.fullmatch(tag) or ".." in tag:
             raise BadInputError(f"--tags-file line {number}: {tag[:40]!r} is not a safe tag")
         tags.append(tag)
     return tags
@@ -126,6 +133,12 @@ class BatchSummary:
     phase_seconds: dict[str, float]
     interrupted: bool
 
+    @classmethod
+    def not_started(cls, tags: int) -> BatchSummary:
+        """Interrupted before any task started."""
+        return cls(tags=tags, skipped_completed=0, ran=0, resolved=0, failures_by_label={}, states={},
+                   wall_seconds=0.0, phase_seconds={}, interrupted=True)
+
     @property
     def exit_code(self) -> int:
         if self.interrupted:
@@ -149,7 +162,14 @@ class BatchSummary:
         }
 
 
-def _row(tag: str, job_root: Path, exit_code: int, wall: float) -> LedgerRow:
+def _state(exit_code: int, stopping: bool) -> str:
+    """A task killed by the batch's own stop (before its handlers were in place) was interrupted."""
+    if stopping and exit_code in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL):
+        return "interrupted"
+    return _STATE_BY_EXIT.get(exit_code, "failed")
+
+
+def _row(tag: str, job_root: Path, exit_code: int, wall: float, *, stopping: bool = False) -> LedgerRow:
     run: dict[str, Any] = {}
     try:
         run = json.loads((job_root / BENCHMARK_RUN).read_text(encoding="utf-8"))
@@ -158,7 +178,7 @@ def _row(tag: str, job_root: Path, exit_code: int, wall: float) -> LedgerRow:
     resolved = run.get("official_task_score", {}).get("resolved") if run else None
     return LedgerRow(
         tag=tag,
-        state=_STATE_BY_EXIT.get(exit_code, "failed"),
+        state=_state(exit_code, stopping),
         exit_code=exit_code,
         resolved=resolved if exit_code == 0 else (False if run else None),
         first_failed_phase=run.get("first_failed_phase"),
@@ -200,6 +220,50 @@ class _Children:
                     child.send_signal(signal.SIGTERM)
 
 
+def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> None:
+    """Wait (bounded) while another process holds the job root's lock: after a batch died with -9,
+    its tasks are still ending (they got SIGTERM with it) when the rerun starts them again."""
+    path = job_root / LOCK_NAME
+    if not path.exists():
+        return
+    deadline = time.monotonic() + timeout
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return  # free (released when fd closes)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                    return  # the task itself will refuse, naming the holder
+            time.sleep(0.2)
+    finally:
+        os.close(fd)
+
+
+def _follow(path: Path, child: subprocess.Popen, on_phase: Callable[[str], None]) -> int:
+    """Read the task's log as it grows, for its phase events, until the task ends."""
+    with path.open("rb") as log_file:
+        pending = b""
+        while True:
+            ended = child.poll() is not None
+            chunk = log_file.read()
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if b'"phase_started"' in line:
+                    try:
+                        phase = json.loads(line).get("phase")
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        continue
+                    if isinstance(phase, str):
+                        on_phase(phase)
+            if ended and not chunk:
+                return child.wait()
+            if not chunk:
+                time.sleep(FOLLOW_INTERVAL)
+
+
 def _run_one(
     settings: RunnerSettings,
     tag: str,
@@ -208,35 +272,29 @@ def _run_one(
     children: _Children,
     on_phase: Callable[[str], None],
 ) -> tuple[int, float]:
+    """One task as its own process. Its stderr is the log file itself, not a pipe through the
+    batch: each line lands as it is written, and the batch dying (even by -9) cannot break it."""
     job_root = jobs_dir / tag
     log_path = jobs_dir / BATCH_LOGS / f"{tag}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    _wait_for_stale_lock(job_root)
     started = time.monotonic()
-    with log_path.open("w", encoding="utf-8") as sink:
+    with log_path.open("wb") as sink:
         child = subprocess.Popen(
             child_argv(settings, tag, job_root, image),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env=child_environment(os.environ),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
+            # Named, the batch's pid lets the task end with the batch (runner/lifeline.py).
+            env={**child_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
             start_new_session=True,  # a terminal's Ctrl-C reaches the batch only; it passes one SIGTERM on
         )
-        children.add(child)
-        try:
-            assert child.stderr is not None
-            for line in child.stderr:
-                sink.write(line)
-                if '"phase_started"' in line:
-                    try:
-                        phase = json.loads(line).get("phase")
-                    except json.JSONDecodeError:
-                        continue
-                    if isinstance(phase, str):
-                        on_phase(phase)
-            exit_code = child.wait()
-        finally:
-            children.discard(child)
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    children.add(child)
+    try:
+        exit_code = _follow(log_path, child, on_phase)
+    finally:
+        children.discard(child)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     return exit_code, time.monotonic() - started
 
 
@@ -289,7 +347,7 @@ def _run_locked(
         except OSError as e:  # the task could not even start (no space for its log, say)
             log.error("task_not_started", task=tag, error_type=type(e).__name__)
             exit_code, wall = int(ExitCode.BAD_ENVIRONMENT), 0.0
-        row = _row(tag, jobs_dir / tag, exit_code, wall)
+        row = _row(tag, jobs_dir / tag, exit_code, wall, stopping=children.stopping.is_set())
         with ledger_lock:
             try:
                 ledger.upsert(row)
@@ -310,6 +368,11 @@ def _run_locked(
         children.stop_all()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if ledger.journal_entries:
+            try:
+                ledger.compact()  # the snapshot holds every row when the batch ends
+            except (OSError, RunnerError) as e:
+                log.error("ledger_not_written", error_type=type(e).__name__)
     interrupted = interrupted or any(row.state == "interrupted" for row in ran)
     phase_seconds: Counter[str] = Counter()
     for row in ran:

@@ -16,18 +16,21 @@ from typing import Any
 
 import structlog
 
-from runner.batch import read_tags_file, run_batch, unique_tags
+from runner import early_signals
+from runner.batch import BatchSummary, read_tags_file, run_batch, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import PUBLIC_FILES, JobRoot
+from runner.lifeline import follow_batch_parent
 from runner.logs import configure_logging
 from runner.pipeline import execute
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import reduce_job
 from runner.plan import build_plan
 from runner.progress import progress_for
-from runner.settings import OutputFormat, RunnerSettings, load_settings
+from runner.settings import DEFAULT_TAG, IMAGE_REPOSITORY, OutputFormat, RunnerSettings, load_settings
+from runner.streams import guard_standard_streams
 
 log = structlog.get_logger(__name__)
 
@@ -109,6 +112,11 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
         )
     }
     single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not _is_batch(args) else None
+    if _is_batch(args):
+        # A batch takes its tags and image from flags only (README); TAG and IMAGE are not read,
+        # so a stale or bad one in the environment cannot refuse it. Each tag is validated below.
+        flags["image"] = args.image or f"{IMAGE_REPOSITORY}:{DEFAULT_TAG}"
+        single_tag = DEFAULT_TAG
     return load_settings(tag=single_tag, **flags)
 
 
@@ -148,14 +156,21 @@ def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str
         raise BadInputError("a batch needs --jobs-dir DIR (one job root per tag under it)")
     if settings.job_root is not None:
         raise BadInputError("give --jobs-dir for a batch or --job-root for one task, not both")
+    if args.workers is not None and args.workers < 1:
+        raise BadInputError("--workers must be between 1 and 64")
     tags = list(args.tag or [])
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
-    for tag in tags:
-        load_settings(tag=tag)  # each tag through the same validation as a single run
+    for tag in tags:  # each tag through the same validation as a single run (IMAGE not read)
+        load_settings(tag=tag, image=args.image or f"{IMAGE_REPOSITORY}:{DEFAULT_TAG}")
     tags = unique_tags(tags)
-    with progress_for(len(tags)) as progress:
-        summary = run_batch(settings, tags, args.jobs_dir, args.workers or 1, progress, image=args.image)
+    try:
+        if early_signals.pending() is not None:
+            raise KeyboardInterrupt("signal before start")
+        with progress_for(len(tags)) as progress:
+            summary = run_batch(settings, tags, args.jobs_dir, args.workers or 1, progress, image=args.image)
+    except KeyboardInterrupt:  # before any task started: still a summary, and 130
+        summary = BatchSummary.not_started(len(tags))
     return summary.report(), summary.exit_code
 
 
@@ -184,12 +199,16 @@ MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep":
 
 
 def main(argv: list[str] | None = None) -> int:
+    guard_standard_streams()  # a reader of our output going away must never end the run
     args = build_parser().parse_args(argv)
     configure_logging()
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
+    follow_batch_parent()
     output_format = OutputFormat(args.output_format or "json")
     try:
+        if early_signals.pending() is not None and not _is_batch(args):
+            _raise_interrupt(early_signals.pending() or 0, None)
         settings = _settings_from(args)
         output_format = settings.output_format
         mode = _mode(args, settings)
@@ -205,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.exit_code)
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
+        if _is_batch(args):  # stopped while reading its input: a batch still answers with its summary
+            print(_render(BatchSummary.not_started(len(args.tag or [])).report(), output_format))
         return int(ExitCode.INTERRUPTED)
     print(_render(report, output_format))
     if report.get("message"):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_LINE = 1 << 20
+# No real turn spends a trillion tokens: a larger count is noise (or an attack), not usage.
+MAX_TOKENS = 10**12
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,8 @@ class CodexUsage:
 
 def _count(usage: dict, key: str) -> int:
     value = usage.get(key, 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    plausible = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
+    return value if plausible else 0
 
 
 def _lines(path: Path):
@@ -50,7 +53,7 @@ def usage_from_events(path: Path) -> CodexUsage:
             continue
         try:
             event = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:  # not JSON, not UTF-8, or a number of thousands of digits
             continue
         if not isinstance(event, dict) or event.get("type") != "turn.completed":
             continue

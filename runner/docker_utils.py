@@ -11,6 +11,8 @@ Invariants:
 from __future__ import annotations
 
 import io
+import os
+import re
 import socket
 import threading
 import time
@@ -24,7 +26,9 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.images import Image
+from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
+from urllib3.exceptions import ProtocolError
 
 from runner.errors import DockerUnavailableError, EnvironmentNotReadyError, ImageMissingError
 from runner.owner import Owner, current_owner
@@ -41,6 +45,11 @@ LABEL_BOOT = f"{LABEL_NAMESPACE}.boot-id"
 LABEL_PIDNS = f"{LABEL_NAMESPACE}.pid-namespace"
 LABEL_PID = f"{LABEL_NAMESPACE}.pid"
 LABEL_PID_START = f"{LABEL_NAMESPACE}.pid-start"
+# An operator's (or a test session's) own label: its containers carry it, and a sweep run
+# with the same variable touches only containers that carry it.
+LABEL_SESSION = f"{LABEL_NAMESPACE}.session"
+SESSION_ENV = "RUNNER_SESSION"
+_SAFE_SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ARCHIVE_CHUNK = 1024 * 1024
 
 
@@ -48,6 +57,7 @@ def runner_labels(*, job_id: str, run_id: str, phase: str) -> dict[str, str]:
     """The labels every runner container carries; the owner's let a sweep tell live runs from dead."""
     owner = current_owner()
     return {
+        **session_label(),
         LABEL_MANAGED: "true",
         LABEL_JOB: job_id,
         LABEL_RUN: run_id,
@@ -60,6 +70,12 @@ def runner_labels(*, job_id: str, run_id: str, phase: str) -> dict[str, str]:
     }
 
 
+def session_label() -> dict[str, str]:
+    """``{LABEL_SESSION: $RUNNER_SESSION}`` when that variable holds a plain label, else nothing."""
+    session = os.environ.get(SESSION_ENV, "")
+    return {LABEL_SESSION: session} if _SAFE_SESSION.fullmatch(session) else {}
+
+
 def owner_of(labels: dict[str, str]) -> Owner | None:
     pid = labels.get(LABEL_PID, "")
     if not pid.isdigit():
@@ -70,6 +86,23 @@ def owner_of(labels: dict[str, str]) -> Owner | None:
         pid=int(pid),
         start_ticks=labels.get(LABEL_PID_START, ""),
     )
+
+
+def daemon_gone(error: BaseException) -> bool:
+    """Did this error come from losing the daemon (stopped, crashed, socket gone) mid-call?
+
+    docker-py lets the transport's errors through (``requests.ConnectionError``, which is an
+    ``OSError``, or urllib3's ``ProtocolError`` from a broken stream); looked for along the
+    chain of causes, so a wrapped one is found too. A read timeout is not one of them.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (RequestsConnectionError, ProtocolError, ConnectionError)):
+            return "timed out" not in str(current).lower()
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def connect(timeout: int = 30) -> docker.DockerClient:
@@ -140,9 +173,10 @@ def sweep_strays(client: docker.DockerClient, *, job_id: str | None = None) -> t
     With ``job_id``, every container of that job is a stray (the caller holds the
     job root's lock, so no live run owns one). Without it, a container is a stray
     only when its owner ran in this boot and this pid namespace and is gone;
-    containers of other sandboxes on the same daemon are kept.
+    containers of other sandboxes on the same daemon are kept. With ``RUNNER_SESSION``
+    set, only containers of that session are looked at.
     """
-    labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {})}
+    labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {}), **session_label()}
     here = current_owner()
     removed = kept = 0
     for container in _labelled(client, labels):
@@ -221,13 +255,26 @@ def archive_stream(container: Container, path: str) -> IO[bytes]:
     Raises:
         NotFound: ``path`` does not exist in the container.
     """
-    chunks, _stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
+    return archive_stream_with_stat(container, path)[0]
+
+
+# Go's os.ModeSymlink, in the mode of the daemon's path stat.
+_GO_MODE_SYMLINK = 1 << 27
+
+
+def is_symlink_stat(stat: dict[str, Any]) -> bool:
+    return bool(stat.get("linkTarget")) or bool(int(stat.get("mode", 0) or 0) & _GO_MODE_SYMLINK)
+
+
+def archive_stream_with_stat(container: Container, path: str) -> tuple[IO[bytes], dict[str, Any]]:
+    """``archive_stream`` and the daemon's stat of ``path`` (``name``, ``mode``, ``linkTarget``)."""
+    chunks, stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
     first = next(chunks, b"")
     # docker-py keeps the streaming response in its generator's frame and offers no
     # handle to it; take it from there so that closing the stream closes the socket.
     frame = getattr(chunks, "gi_frame", None)
     response = frame.f_locals.get("response") if frame is not None else None
-    return io.BufferedReader(_ChunkReader(chunks, first, response), buffer_size=ARCHIVE_CHUNK)
+    return io.BufferedReader(_ChunkReader(chunks, first, response), buffer_size=ARCHIVE_CHUNK), dict(stat or {})
 
 
 @dataclass(frozen=True)
@@ -240,7 +287,9 @@ def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcom
     """Wait for the container's own process; its exit code comes from the daemon; killed at ``deadline``."""
     try:
         status = container.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except RequestException:  # the wait timed out: the deadline passed
+    except RequestException as e:  # the wait timed out: the deadline passed (or the daemon went)
+        if daemon_gone(e) and time.monotonic() < deadline:
+            raise DockerUnavailableError(f"lost during the wait: {type(e).__name__}") from e
         try:
             container.kill()
         except NotFound:

@@ -25,6 +25,7 @@ from reducers.models import PHASE_ORDER, Marker, Phase, Scalar
 from runner.context import JobContext, PhaseResult
 from runner.errors import (
     BadInputError,
+    DockerUnavailableError,
     EnvironmentNotReadyError,
     ExitCode,
     JobRootUnwritableError,
@@ -32,7 +33,7 @@ from runner.errors import (
     RunnerError,
 )
 from runner.atomic import open_private
-from runner.docker_utils import sweep_strays
+from runner.docker_utils import daemon_gone, sweep_strays
 from runner.lock import job_root_lock
 from runner.markers import PhaseClock, load_marker, write_marker
 from runner.phases.baseline import baseline
@@ -120,7 +121,12 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
     log.info("phase_started")
     error: BaseException | None = None
     try:
-        result = STEPS[phase](ctx)
+        try:
+            result = STEPS[phase](ctx)
+        except Exception as e:  # the daemon stopped mid-phase: the environment's fault (exit 3), said so
+            if isinstance(e, RunnerError) or not daemon_gone(e):
+                raise
+            raise DockerUnavailableError(f"it stopped answering during {phase.value}: {type(e).__name__}") from e
         marker = clock.marker(ok=True, reason=result.reason, exit_code=result.exit_code, details=result.details())
     except PhaseError as e:
         error = e

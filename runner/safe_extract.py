@@ -18,13 +18,18 @@ Why not ``tarfile``'s ``data`` filter: it resolves every member's path on disk
 
 from __future__ import annotations
 
+import errno
 import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from runner.docker_utils import daemon_gone
 from runner.errors import UnsafeArchiveError
+
+# Errors of the host, not of the entry: raised as they are, so the run says "disk full", not "unsafe image".
+_NOT_THE_ENTRYS_FAULT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 ORACLE_NAMES = frozenset({".git"})
 FILE_MODE_MASK = 0o755
@@ -134,7 +139,11 @@ def extract_tree(stream: IO[bytes], dest: Path) -> ExtractStats:
                 root = root or PurePosixPath(member.name).parts[0]
                 try:
                     _extract_member(archive, member, tree, stats, root)
-                except (OSError, ValueError) as e:  # a name too long, an empty link, ...
+                except OSError as e:
+                    if e.errno in _NOT_THE_ENTRYS_FAULT or daemon_gone(e):
+                        raise  # a full disk or a lost daemon: the environment's fault, not the image's
+                    raise UnsafeArchiveError(member.name[:200], f"cannot be created ({type(e).__name__})") from e
+                except ValueError as e:  # a name too long, an empty link, ...
                     raise UnsafeArchiveError(member.name[:200], f"cannot be created ({type(e).__name__})") from e
     except tarfile.TarError as e:
         raise UnsafeArchiveError("<stream>", f"not a readable tar stream ({type(e).__name__})") from e

@@ -7,6 +7,7 @@ public file is validated here, so bad input is refused before any work.
 
 from __future__ import annotations
 
+import os
 import re
 from enum import Enum
 from pathlib import Path
@@ -30,6 +31,12 @@ SAFE_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]{0,200}(@sha256:[a-f0-9]{64})?", 
 SAFE_CONTAINER_PATH = re.compile(r"/[A-Za-z0-9_.@+/-]{0,250}")
 # Host paths the runner creates: no spaces, quotes or shell metacharacters, no '..'.
 SAFE_HOST_PATH = re.compile(r"[A-Za-z0-9_.@+/~-]{1,1024}")
+# Deadlines: at least a second (a shorter one was silently floored to 1 s), at most a week
+# (inf or 1e300 passed and crashed evaluate with OverflowError after codex had run).
+MIN_TIMEOUT_SECONDS = 1.0
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
+# The flags whose name is not the field's (``--eval-timeout`` is ``eval_timeout``).
+_FLAG_OF_FIELD = {"output_format": "--format", "precheck_only": "--precheck"}
 
 
 class OutputFormat(str, Enum):
@@ -60,10 +67,12 @@ class RunnerSettings(BaseSettings):
     allow_pull: bool = Field(False, validation_alias=_env("allow_pull", "ALLOW_DOCKER_PULL"))
     precheck_only: bool = Field(False, validation_alias=_env("precheck_only", "PRECHECK_ONLY"))
     codex_timeout: float = Field(
-        3600.0, gt=0, validation_alias=_env("codex_timeout", "RUNNER_CODEX_TIMEOUT")
+        3600.0, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False,
+        validation_alias=_env("codex_timeout", "RUNNER_CODEX_TIMEOUT"),
     )
     eval_timeout: float = Field(
-        300.0, gt=0, validation_alias=_env("eval_timeout", "RUNNER_EVAL_TIMEOUT")
+        300.0, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False,
+        validation_alias=_env("eval_timeout", "RUNNER_EVAL_TIMEOUT"),
     )
     eval_network: EvalNetwork = Field(
         EvalNetwork.BRIDGE, validation_alias=_env("eval_network", "RUNNER_EVAL_NETWORK")
@@ -82,7 +91,9 @@ class RunnerSettings(BaseSettings):
     @classmethod
     def _tag_is_safe_label(cls, value: str) -> str:
         if not SAFE_TAG.fullmatch(value) or ".." in value:
-            raise ValueError("must be 1-120 letters, digits, '_', '.' or '-', starting with a letter, digit or '_'")
+            raise ValueError(
+                "must be 1-120 letters, digits, '_', '.' or '-', starting with a letter, digit or '_', without '..'"
+            )
         return value
 
     @field_validator("codex_bin")
@@ -125,11 +136,27 @@ class RunnerSettings(BaseSettings):
         return self.image or f"{IMAGE_REPOSITORY}:{self.tag}"
 
 
+def _as_typed(field: str, given: dict[str, object]) -> str:
+    """The name the user typed: the flag when it came as one, else its environment variable."""
+    if field in given:
+        return _FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+    info = RunnerSettings.model_fields.get(field)
+    choices = getattr(info.validation_alias, "choices", []) if info is not None else []
+    return next((name for name in choices if isinstance(name, str) and name.isupper()), field)
+
+
+def _image_as_typed(given: dict[str, object]) -> str:
+    """The image is checked whole (after the tag filled it in): name where it came from."""
+    if "image" in given:
+        return "--image"
+    return "IMAGE" if os.environ.get("IMAGE") else "--tag"
+
+
 def load_settings(**flags: object) -> RunnerSettings:
     """Build settings from flags (``None`` means 'not given') over the environment.
 
     Raises:
-        BadInputError: naming the setting (and its environment variable) that is wrong.
+        BadInputError: naming the flag or environment variable that is wrong, as typed.
     """
     given = {key: value for key, value in flags.items() if value is not None}
     try:
@@ -137,6 +164,8 @@ def load_settings(**flags: object) -> RunnerSettings:
     except ValidationError as e:
         problems = []
         for err in e.errors():
-            where = ".".join(str(part) for part in err["loc"]) or "settings"
-            problems.append(f"{where}: {err['msg']}")
+            field = str(err["loc"][0]) if err["loc"] else ""
+            where = _as_typed(field, given) if field else _image_as_typed(given)
+            message = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(f"{where}: {message}")
         raise BadInputError("invalid settings: " + "; ".join(problems)) from e

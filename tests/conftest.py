@@ -24,6 +24,11 @@ STUB_CONTEXT = REPO / "containers" / "stub"
 SESSION = uuid.uuid4().hex[:8]
 STUB_TAG = f"agentissue-runner-stub:pytest-{SESSION}"
 LABEL_MANAGED = "io.agentissue-runner.managed"
+LABEL_SESSION = "io.agentissue-runner.session"
+# Every runner container the tests make (in process or through the CLI) carries this session's
+# label, and the leak check and the tests' sweeps touch only those: never a real run's beside them.
+TEST_SESSION = f"pytest-{SESSION}"
+os.environ["RUNNER_SESSION"] = TEST_SESSION
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
@@ -36,7 +41,7 @@ def _docker_problem() -> str | None:
         client.ping()
         client.close()
     except Exception as e:  # any failure to reach an engine means: no Docker here
-        return f"no Docker Engine answers ({type(e).__name__}); start one with shared/tools/docker-up.sh"
+        return f"no Docker Engine answers ({type(e).__name__}); start one with scripts/docker-up.sh"
     return None
 
 
@@ -88,18 +93,14 @@ def stub_image(docker_client) -> Iterator[str]:
     image.build()
     yield STUB_TAG
     try:
-        docker_client.images.remove(STUB_TAG, noprune=True)
+        docker_client.images.remove(STUB_TAG)  # and its untagged build layers no other image uses
     except Exception:
         pass  # still used by a container of another session, or already gone
 
 
 def runner_containers(client) -> list:
-    """Runner containers made from this pid namespace: not those of other sandboxes on the daemon."""
-    from runner.owner import current_owner
-
-    here = current_owner()
-    labels = [f"{LABEL_MANAGED}=true", f"io.agentissue-runner.pid-namespace={here.pid_namespace}",
-              f"io.agentissue-runner.boot-id={here.boot_id}"]
+    """Runner containers of this test session only: not a real run's, nor another session's."""
+    labels = [f"{LABEL_MANAGED}=true", f"{LABEL_SESSION}={TEST_SESSION}"]
     return client.containers.list(all=True, filters={"label": labels})
 
 
@@ -170,7 +171,7 @@ def hostile_image(docker_client, stub_image: str) -> Iterator[str]:
     DockerImage(path=HOSTILE_CONTEXT, tag=HOSTILE_TAG, clean_up=False, buildargs={"BASE_IMAGE": stub_image}).build()
     yield HOSTILE_TAG
     try:
-        docker_client.images.remove(HOSTILE_TAG, noprune=True)
+        docker_client.images.remove(HOSTILE_TAG)
     except Exception:
         pass
 

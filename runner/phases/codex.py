@@ -161,7 +161,8 @@ def codex(ctx: JobContext) -> CodexResult:
     )
     if result.reason != "ok":
         message = (
-            f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group"
+            f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group; "
+            f"what it was doing is in logs/{STDOUT_LOG} and logs/{STDERR_LOG}"
             if timed_out
             else f"codex exited with {exit_code}; see logs/{STDERR_LOG}"
         )

@@ -17,10 +17,17 @@ from docker.errors import NotFound
 
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
-from runner.docker_utils import archive_stream, ensure_image, image_identity, managed_container
+from runner.docker_utils import (
+    archive_stream_with_stat,
+    ensure_image,
+    image_identity,
+    is_symlink_stat,
+    managed_container,
+)
 from runner.errors import BadInputError, PhaseError, SourceDirMissingError
 from runner.jobroot import BUGGY_SOURCE
 from runner.safe_extract import extract_tree
+from runner.settings import SAFE_CONTAINER_PATH
 
 log = structlog.get_logger(__name__)
 
@@ -66,11 +73,19 @@ def extract(ctx: JobContext) -> ExtractResult:
             client, image=image_id, labels=ctx.labels(Phase.EXTRACT), network_disabled=True
         ) as container:
             try:
-                stream = archive_stream(container, settings.source_dir)
+                stream, stat = archive_stream_with_stat(container, settings.source_dir)
             except NotFound as e:
                 raise SourceDirMissingError() from e
             log.info("archive_stream_opened")
             with stream:
+                if is_symlink_stat(stat):  # the archive would hold the link alone: "no files" said nothing
+                    target = str(stat.get("linkTarget") or "")
+                    shown = f" (to {target})" if SAFE_CONTAINER_PATH.fullmatch(target) else ""
+                    raise PhaseError(
+                        "extract", "source_dir_is_symlink",
+                        f"--source-dir {settings.source_dir} is a symbolic link in the image{shown}; "
+                        "pass the directory it points to as --source-dir",
+                    )
                 stats = extract_tree(stream, scratch)
         if stats.files == 0:
             raise PhaseError("extract", "empty_source", "the image's buggy-source directory holds no files")

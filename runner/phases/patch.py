@@ -10,10 +10,14 @@ since GNU patch cannot carry them.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+
+from git import Repo
 
 from reducers.models import Phase
-from runner.atomic import write_bytes_atomic
 from runner.context import JobContext, PhaseResult
 from runner.errors import PhaseError
 from runner.gitops import open_baseline
@@ -60,31 +64,143 @@ def _sensitive(path: str) -> bool:
     )
 
 
-def _summary(text: bytes) -> dict[str, int]:
-    """Counts from the patch's own header lines (content lines always start with ' ', '+' or '-')."""
-    counts = {"changed_file_count": 0, "added_file_count": 0, "deleted_file_count": 0,
-              "hunk_count": 0, "binary_change_count": 0, "sensitive_file_count": 0}
-    header = {b"diff --git ": "changed_file_count", b"new file mode ": "added_file_count",
-              b"deleted file mode ": "deleted_file_count", b"@@ ": "hunk_count",
-              b"GIT binary patch": "binary_change_count"}
-    for line in text.split(b"\n"):
-        if line.startswith(b"diff --git a/"):
-            # "diff --git a/<path> b/<path>" with --no-renames: both halves are the same path
-            path = line[len(b"diff --git a/"):].decode(errors="replace").rsplit(" b/", 1)[0]
-            counts["sensitive_file_count"] += _sensitive(path)
-        for prefix, key in header.items():
+# What a patch may carry: a fix is kilobytes; an agent's stray gigabyte file must not be
+# exported, copied into the evaluation or held in memory. Past it the phase fails `patch_too_large`.
+PATCH_MAX_BYTES = 64 * 1024 * 1024
+STREAM_CHUNK = 1024 * 1024
+_HEADER_PREFIX_BYTES = 8192  # of each line, enough for any header; content lines are never held
+_C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13}
+
+
+def _unquote(raw: bytes) -> tuple[bytes, bytes]:
+    """A git C-quoted path (``"tests/\\303\\274ber/x.py"`` for non-ASCII names), without its
+    opening quote: (the path's bytes, what follows the closing quote)."""
+    out, i = bytearray(), 0
+    while i < len(raw):
+        c = raw[i]
+        if c == ord('"'):
+            return bytes(out), raw[i + 1:]
+        if c == ord("\\") and i + 1 < len(raw):
+            n = raw[i + 1]
+            if ord("0") <= n <= ord("7"):
+                out.append(int(raw[i + 1:i + 4], 8) & 0xFF)
+                i += 4
+                continue
+            out.append(_C_ESCAPES.get(n, n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return bytes(out), b""
+
+
+def _diff_path(header: bytes) -> str:
+    """The path of a ``diff --git a/<path> b/<path>`` line (with --no-renames both are the same),
+    quoted or not."""
+    rest = header[len(b"diff --git "):]
+    if rest.startswith(b'"'):
+        path, _ = _unquote(rest[1:])
+        path = path[2:] if path.startswith(b"a/") else path
+    else:
+        path = rest[2:].rsplit(b" b/", 1)[0] if rest.startswith(b"a/") else rest
+    return path.decode(errors="replace")
+
+
+class PatchCounter:
+    """Counts from the patch's own header lines, fed chunk by chunk (content lines always start
+    with ' ', '+' or '-'); it keeps only the start of the current line, never the patch."""
+
+    _HEADERS = ((b"diff --git ", "changed_file_count"), (b"new file mode ", "added_file_count"),
+                (b"deleted file mode ", "deleted_file_count"), (b"@@ ", "hunk_count"),
+                (b"GIT binary patch", "binary_change_count"))
+
+    def __init__(self) -> None:
+        self.counts = {"changed_file_count": 0, "added_file_count": 0, "deleted_file_count": 0,
+                       "hunk_count": 0, "binary_change_count": 0, "sensitive_file_count": 0}
+        self._line = bytearray()
+
+    def _end_line(self, line: bytes) -> None:
+        for prefix, key in self._HEADERS:
             if line.startswith(prefix):
-                counts[key] += 1
-                break
-    return counts
+                self.counts[key] += 1
+                if key == "changed_file_count":
+                    self.counts["sensitive_file_count"] += _sensitive(_diff_path(line))
+                return
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            room = _HEADER_PREFIX_BYTES - len(self._line)
+            if room > 0:
+                self._line += piece[:room]
+            if end < 0:
+                return
+            self._end_line(bytes(self._line))
+            self._line.clear()
+            start = end + 1
+
+    def close(self) -> dict[str, int]:
+        if self._line:
+            self._end_line(bytes(self._line))
+            self._line.clear()
+        return self.counts
+
+
+def _summary(text: bytes) -> dict[str, int]:
+    counter = PatchCounter()
+    counter.feed(text)
+    return counter.close()
+
+
+def _stream_diff(repo: Repo, baseline_commit: str, dest: Path) -> tuple[str, int, dict[str, int]]:
+    """``git diff`` streamed into ``dest`` (atomically), hashed and counted as it goes.
+
+    Raises: PhaseError ``patch_too_large`` past PATCH_MAX_BYTES (git is stopped, nothing written).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    digest, counter, size = hashlib.sha256(), PatchCounter(), 0
+    process = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, as_process=True)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as sink:
+            for chunk in iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""):
+                size += len(chunk)
+                if size > PATCH_MAX_BYTES:
+                    raise PhaseError(
+                        "patch", "patch_too_large",
+                        f"the diff against the baseline exceeds {PATCH_MAX_BYTES // (1024 * 1024)} MiB, the most "
+                        "a patch may carry; the agent left large files in the tree",
+                        details={"patch_max_bytes": PATCH_MAX_BYTES},
+                    )
+                digest.update(chunk)
+                counter.feed(chunk)
+                sink.write(chunk)
+            sink.flush()
+            os.fsync(sink.fileno())
+        process.wait()  # GitCommandError when git failed
+        if size:
+            os.replace(tmp, dest)
+    except BaseException:
+        if process.proc is not None and process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait()
+        raise
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        for pipe in (process.proc.stdout, process.proc.stderr) if process.proc is not None else ():
+            if pipe is not None:
+                pipe.close()
+    return digest.hexdigest(), size, counter.close()
 
 
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
-    """Raises: PhaseError ``empty_patch`` when the tree equals the baseline."""
+    """Raises: PhaseError ``empty_patch`` when the tree equals the baseline, ``patch_too_large``."""
     repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
     repo.git.add("--all")  # stage new files too; .gitignore decides what is left out
-    text = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, stdout_as_string=False, strip_newline_in_stdout=False)
-    if not text:
+    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch)
+    if not size:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
-    write_bytes_atomic(ctx.job.patch, text, mode=0o600)
-    return PatchResult(patch_sha256=hashlib.sha256(text).hexdigest(), patch_bytes=len(text), **_summary(text))
+    return PatchResult(patch_sha256=sha256, patch_bytes=size, **counts)

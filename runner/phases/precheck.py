@@ -19,7 +19,7 @@ from requests.exceptions import RequestException
 
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
-from runner.docker_utils import connect, ensure_image, image_identity, managed_container
+from runner.docker_utils import connect, daemon_gone, ensure_image, image_identity, managed_container
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError
 from runner.settings import RunnerSettings
 
@@ -37,8 +37,12 @@ _PROBE_BITS = {
     "entrypoint_knows_apply_patch": (2, "the apply script has no apply_patch) branch; check --apply-cmd"),
     "entrypoint_knows_test_patched": (4, "the test script has no test_patched) branch; check --test-cmd"),
 }
-CHECK_NAMES = ("codex_binary", "docker_daemon", "image_present", *_PROBE_BITS)
-_VERSION_TEXT = re.compile(r"[^A-Za-z0-9 ._+-]")
+CHECK_NAMES = ("codex_binary", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS)
+# Only a program name and a version number are taken from `codex --version`: anything else on
+# that line (a token a wrapper prints, say) would reach the marker and the report, and a
+# secret-looking value there made the public guard refuse every public file of the run.
+_VERSION_NAME = re.compile(r"codex[a-z-]{0,10}")
+_VERSION_NUMBER = re.compile(r"(?<![\w.+-])\d{1,4}\.\d{1,4}(?:\.\d{1,6})?(?:-[a-z]{1,12}(?:\.?\d{1,4})?)?(?![\w.+-])")
 
 
 class Check(BaseModel):
@@ -86,8 +90,20 @@ def codex_version(codex_bin: str) -> str:
         raise CodexNotFoundError(codex_bin) from e
     if done.returncode != 0:
         raise CodexNotFoundError(codex_bin)
-    first_line = done.stdout.decode(errors="replace").strip().splitlines()[:1]
-    return _VERSION_TEXT.sub("", first_line[0])[:64] if first_line else "unknown"
+    first_line = (done.stdout.decode(errors="replace").strip().splitlines() or [""])[0]
+    number = _VERSION_NUMBER.search(first_line)
+    if number is None:
+        return "unknown"
+    words = first_line.split()
+    name = words[0] if words and _VERSION_NAME.fullmatch(words[0]) else "codex"
+    return f"{name} {number.group(0)}"
+
+
+def git_problem() -> str | None:
+    """The baseline and the patch need the ``git`` binary (GitPython runs it)."""
+    if shutil.which("git") is None:
+        return "the git binary was not found on PATH; install git (the baseline and the patch need it)"
+    return None
 
 
 def script_calling(command: str, subcommand: str) -> str | None:
@@ -136,6 +152,8 @@ def _docker_checks(
     try:
         bits = _probe_layout(client, settings, image_id, labels)
     except (DockerException, RequestException) as e:
+        if daemon_gone(e):
+            raise
         detail = f"the layout probe container failed ({type(e).__name__}); see the Docker daemon's log"
         return checks + [Check(name=name, ok=False, detail=detail) for name in _PROBE_BITS], image_id
     unprobed = {
@@ -164,12 +182,20 @@ def run_precheck(
         checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {version}"))
     except CodexNotFoundError as e:
         checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
+    missing_git = git_problem()
+    checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
     own_client = client is None
     try:
         if client is None:
             client = connect()
         checks.append(Check(name="docker_daemon", ok=True, detail="the daemon answers"))
-        docker_checks, image_id = _docker_checks(client, settings, labels)
+        try:
+            docker_checks, image_id = _docker_checks(client, settings, labels)
+        except Exception as e:  # it answered the ping, then stopped: the same unhealthy daemon
+            if not daemon_gone(e):
+                raise
+            checks.pop()
+            raise DockerUnavailableError(f"it stopped answering: {type(e).__name__}") from e
         checks += docker_checks
     except DockerUnavailableError as e:
         checks.append(Check(name="docker_daemon", ok=False, detail=str(e)))

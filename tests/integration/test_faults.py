@@ -96,6 +96,7 @@ def test_codex_hanging_past_the_deadline_dies_with_its_grandchildren(tmp_path: P
     assert time.monotonic() - started < 60
     assert done.returncode == 1
     assert "deadline of 3s" in done.stderr
+    assert "logs/codex.stderr.log" in done.stderr  # the message names where the cause is
     marker = _marker(job, "codex")
     assert marker["reason"] == "codex_timeout" and marker["details"]["timed_out"] is True
     codex_pid, grandchild = (int(x) for x in (job / "buggy-source" / "hang.pid").read_text().split())

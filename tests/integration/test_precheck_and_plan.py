@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers"
 
 CHECKS = [
     "codex_binary",
+    "git_binary",
     "docker_daemon",
     "image_present",
     "image_has_source_dir",

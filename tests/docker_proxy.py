@@ -1,0 +1,99 @@
+"""A pass-through to the real Docker Engine's socket that the test can cut, as a daemon that stops.
+
+Not a fake Docker: every byte goes to and from the real engine. When a client sends a
+request whose line contains ``cut_on`` (``/archive``, ``/attach``, ...), the proxy stops
+answering at that instant: the request is never forwarded, every open connection is
+closed and the socket file removed, so new connections fail as with a stopped daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+
+def engine_socket() -> str:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    assert host.startswith("unix://"), f"the proxy needs a unix socket DOCKER_HOST, not {host}"
+    return host[len("unix://"):]
+
+
+class CuttableDockerProxy:
+    def __init__(self, cut_on: bytes) -> None:
+        self.cut_on = cut_on
+        self.cut = threading.Event()
+        self._dir = tempfile.mkdtemp(prefix="dproxy-", dir="/tmp")  # short: unix socket paths are limited
+        self.path = Path(self._dir) / "docker.sock"
+        self._target = engine_socket()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(self.path))
+        self._listener.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.path}"
+
+    def _track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+
+    def _accept(self) -> None:
+        while not self.cut.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self._target)
+            self._track(client)
+            self._track(upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data or self.cut.is_set():
+                    break
+                if from_client and self.cut_on in data.split(b"\r\n", 1)[0]:
+                    self.stop()
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """The daemon 'stops': no more answers, no new connections."""
+        self.cut.set()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        with self._lock:
+            sockets = [self._listener, *self._sockets]
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self.stop()
+        try:
+            os.rmdir(self._dir)
+        except OSError:
+            pass
