@@ -200,24 +200,34 @@ class _Children:
                     child.send_signal(signal.SIGTERM)
 
 
-def _run_one(
-    settings: RunnerSettings,
-    tag: str,
-    jobs_dir: Path,
-    image: str | None,
-    children: _Children,
+class ChildRegistry(Protocol):
+    """Where a task's child process is registered while it runs, so it can be interrupted."""
+
+    def add(self, child: subprocess.Popen) -> None: ...
+    def discard(self, child: subprocess.Popen) -> None: ...
+
+
+def run_task_process(
+    argv: list[str],
+    log_path: Path,
+    children: ChildRegistry,
     on_phase: Callable[[str], None],
-) -> tuple[int, float]:
-    job_root = jobs_dir / tag
-    log_path = jobs_dir / BATCH_LOGS / f"{tag}.log"
+    *,
+    preexec_fn: Callable[[], None] | None = None,
+) -> int:
+    """One single-task run as a child in its own session; its log to ``log_path``; its exit code.
+
+    The batch and the fleet worker both run tasks this way. ``on_phase`` gets each
+    phase the child starts (from its ``phase_started`` log lines).
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
     with log_path.open("w", encoding="utf-8") as sink:
         child = subprocess.Popen(
-            child_argv(settings, tag, job_root, image),
+            argv,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env=child_environment(os.environ),
             start_new_session=True,  # a terminal's Ctrl-C reaches the batch only; it passes one SIGTERM on
+            preexec_fn=preexec_fn,
         )
         children.add(child)
         try:
@@ -231,12 +241,26 @@ def _run_one(
                         continue
                     if isinstance(phase, str):
                         on_phase(phase)
-            exit_code = child.wait()
+            return child.wait()
         finally:
             children.discard(child)
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+def _run_one(
+    settings: RunnerSettings,
+    tag: str,
+    jobs_dir: Path,
+    image: str | None,
+    children: _Children,
+    on_phase: Callable[[str], None],
+) -> tuple[int, float]:
+    started = time.monotonic()
+    exit_code = run_task_process(
+        child_argv(settings, tag, jobs_dir / tag, image), jobs_dir / BATCH_LOGS / f"{tag}.log", children, on_phase
+    )
     return exit_code, time.monotonic() - started
 
 

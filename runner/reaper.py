@@ -15,6 +15,7 @@ import os
 import signal
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 
 
 def become_subreaper() -> bool:
@@ -24,6 +25,19 @@ def become_subreaper() -> bool:
         return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: SIGTERM it when its parent dies (Linux only).
+
+    A fleet worker killed with SIGKILL must not leave its task running on: the task
+    is delivered again elsewhere, and a second Codex run would spend tokens twice.
+    SIGTERM takes the child's usual interrupt path (containers removed, marker written).
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _parents() -> dict[int, int]:
