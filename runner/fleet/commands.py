@@ -210,11 +210,9 @@ def _drop_queued(client: redis.Redis, keys: Keys, queue: str, suite: str, wanted
         except Exception:  # not one of ours: leave it to the worker, which rejects it with a row
             continue
         if isinstance(task, dict) and task.get("suite") == suite and task_key(str(task.get("tag")), task.get("attempt")) in wanted:
-            with client.pipeline() as pipe:
-                pipe.lrem(queue_key, 0, redis_id)
-                pipe.hdel(f"{queue_key}.msgs", redis_id)
-                pipe.execute()
-            dropped += 1
+            if client.lrem(queue_key, 0, redis_id):  # still waiting: not fetched by a worker yet
+                client.hdel(f"{queue_key}.msgs", redis_id)
+                dropped += 1
     return dropped
 
 

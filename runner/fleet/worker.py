@@ -551,6 +551,10 @@ class FleetWorker:
             worker.stop(timeout=SHUTDOWN_TIMEOUT_MS)
             self._stop.set()
             self._recheck.set()
+            try:  # a worker that stopped cleanly holds no message: it leaves no heartbeat behind
+                self.redis.zrem(f"{self.keys.dramatiq}:__heartbeats__", self.broker.broker_id)
+            except redis.RedisError:
+                pass
             self.broker.close()
         log.info("worker_stopped", finished=self.state.finished)
         print(json.dumps({"mode": "worker", "name": self.options.name, "finished": self.state.finished,
