@@ -112,7 +112,7 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                 if prompt is None:
                     row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, submitted_at=now(),
                                     finished_at=now(), failure_label="bad_input_prompt",
-                                    error=f"no usable prompt at <prompts-dir>/{tag}/{PROMPT}")
+                                    error=f"no usable prompt: {PROMPT} of this tag in --prompts-dir is missing, empty or a placeholder")
                     if ledger.update(key, lambda cur, row=row: None if cur and cur.state in ACTIVE_STATES else row):
                         refused += 1
                     else:

@@ -25,7 +25,7 @@ MAX_ATTEMPTS = 100
 MAX_PROMPT_BYTES = 1024 * 1024
 ACTOR_NAME = "run_task"
 DEFAULT_QUEUE = "runner"
-_SAFE_LOC = re.compile(r"[^A-Za-z0-9_]")
+_SAFE_LOC = re.compile(r"[A-Za-z0-9_]{1,40}")  # a field name to show; anything else is not echoed
 _IDENTITY = uuid.UUID("5d1c3f3e-3a55-4d2e-9a57-6b0c1b7f3a21")
 
 
@@ -135,6 +135,6 @@ def parse_message(payload: Any) -> TaskMessage:
     except ValidationError as e:
         problems = []
         for err in e.errors():
-            where = ".".join(_SAFE_LOC.sub("?", str(part))[:40] for part in err["loc"]) or "message"
-            problems.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+            where = ".".join(str(part) if _SAFE_LOC.fullmatch(str(part)) else "<field>" for part in err["loc"])
+            problems.append(f"{where or 'message'}: {err['msg'].removeprefix('Value error, ')}")
         raise MessageError("malformed task message: " + "; ".join(problems[:5])) from None

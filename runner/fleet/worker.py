@@ -434,7 +434,7 @@ class FleetWorker:
         attempt = fields.get("attempt")
         attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= 100 else 1
         if not (isinstance(tag, str) and SAFE_TAG.fullmatch(tag) and ".." not in tag) or suite == REJECTED_SUITE:
-            tag = f"invalid-{message_id.replace('-', '')[:12]}"
+            tag = f"invalid-{message_id.replace('-', '')[-12:]}"
         row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, host=self.options.name,
                         failure_label="bad_message", error=str(error)[:500], submitted_at=now(), finished_at=now())
         log.error("message_rejected", suite=suite, task=row.key, error=str(error)[:500])
