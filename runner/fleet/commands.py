@@ -127,6 +127,10 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                 else:
                     skipped += 1
     finally:
+        try:  # each broker call is a heartbeat: a submit is no worker, so leave none behind
+            client.zrem(f"{keys.dramatiq}:__heartbeats__", broker.broker_id)
+        except redis.RedisError:
+            pass
         broker.close()
         client.close()
     report = {"mode": "submit", "suite": suite, "queue": queue, "tasks": len(tags) * args.attempts,
