@@ -5,15 +5,21 @@ from runner import early_signals
 
 early_signals.install()  # before the heavy imports below: a signal then is not lost
 
-# `python -m runner NAME ...` runs that module's main(argv); anything else is the single-task CLI.
+# `python -m runner NAME ...` runs that module's function(argv); anything else is the flag modes
+# of the single-task CLI.
 SUBCOMMANDS = {
-    "report": "runner.views.report",
+    "report": ("runner.views.report", "main"),
+    "worker": ("runner.fleet.worker", "main"),
+    "submit": ("runner.fleet.commands", "submit_main"),
+    "status": ("runner.fleet.commands", "status_main"),
+    "cancel": ("runner.fleet.commands", "cancel_main"),
 }
 
 
 def _main(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
-        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+        module, function = SUBCOMMANDS[argv[0]]
+        return getattr(importlib.import_module(module), function)(argv[1:])
     from runner.cli import main
 
     return main(argv)

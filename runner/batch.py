@@ -264,6 +264,47 @@ def _follow(path: Path, child: subprocess.Popen, on_phase: Callable[[str], None]
                 time.sleep(FOLLOW_INTERVAL)
 
 
+class ChildRegistry(Protocol):
+    """Where a task's child process is registered while it runs, so it can be interrupted."""
+
+    def add(self, child: subprocess.Popen) -> None: ...
+    def discard(self, child: subprocess.Popen) -> None: ...
+
+
+def run_task_process(
+    argv: list[str],
+    job_root: Path,
+    log_path: Path,
+    children: ChildRegistry,
+    on_phase: Callable[[str], None],
+) -> int:
+    """One single-task run as a child in its own session; its exit code.
+
+    The batch and the fleet worker both run tasks this way. The child's stderr is the
+    log file itself, not a pipe through the parent: each line lands as it is written,
+    and the parent dying (even by -9) cannot break it; the child ends with its parent
+    (``runner/lifeline.py``). ``on_phase`` gets each phase the child starts.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    _wait_for_stale_lock(job_root)
+    with log_path.open("wb") as sink:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
+            # Named, the parent's pid lets the task end with it (runner/lifeline.py).
+            env={**child_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
+            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only; it passes one SIGTERM on
+        )
+    children.add(child)
+    try:
+        return _follow(log_path, child, on_phase)
+    finally:
+        children.discard(child)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def _run_one(
     settings: RunnerSettings,
     tag: str,
@@ -272,29 +313,11 @@ def _run_one(
     children: _Children,
     on_phase: Callable[[str], None],
 ) -> tuple[int, float]:
-    """One task as its own process. Its stderr is the log file itself, not a pipe through the
-    batch: each line lands as it is written, and the batch dying (even by -9) cannot break it."""
-    job_root = jobs_dir / tag
-    log_path = jobs_dir / BATCH_LOGS / f"{tag}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    _wait_for_stale_lock(job_root)
     started = time.monotonic()
-    with log_path.open("wb") as sink:
-        child = subprocess.Popen(
-            child_argv(settings, tag, job_root, image),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
-            # Named, the batch's pid lets the task end with the batch (runner/lifeline.py).
-            env={**child_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
-            start_new_session=True,  # a terminal's Ctrl-C reaches the batch only; it passes one SIGTERM on
-        )
-    children.add(child)
-    try:
-        exit_code = _follow(log_path, child, on_phase)
-    finally:
-        children.discard(child)
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    job_root = jobs_dir / tag
+    exit_code = run_task_process(
+        child_argv(settings, tag, job_root, image), job_root, jobs_dir / BATCH_LOGS / f"{tag}.log", children, on_phase
+    )
     return exit_code, time.monotonic() - started
 
 

@@ -78,6 +78,15 @@ class CodexNotFoundError(EnvironmentNotReadyError):
         )
 
 
+class BrokerUnavailableError(EnvironmentNotReadyError):
+    """The fleet's Redis does not answer; ``where`` is host:port/db, never a password."""
+
+    reason = "broker_unavailable"
+
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(f"the broker at {where} does not answer ({detail}); start Redis there or fix --broker")
+
+
 class JobRootUnwritableError(EnvironmentNotReadyError):
     reason = "job_root_unwritable"
 

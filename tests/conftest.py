@@ -49,13 +49,54 @@ DOCKER_UNAVAILABLE = _docker_problem()
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+# The fleet's tests need a real Redis (no mock broker, no fakeredis); .ci/run starts one.
+REDIS_URL = os.environ.get("RUNNER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _redis_problem() -> str | None:
+    try:
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3, socket_timeout=3)
+        client.ping()
+        client.close()
+    except Exception as e:  # any failure to reach the server means: no Redis here
+        return f"no Redis answers at RUNNER_TEST_REDIS_URL ({type(e).__name__}); start redis-server or set the variable"
+    return None
+
+
+REDIS_UNAVAILABLE = _redis_problem()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if DOCKER_UNAVAILABLE is None or IN_CI:
+    if IN_CI:
         return
-    skip = pytest.mark.skip(reason=DOCKER_UNAVAILABLE)
-    for item in items:
-        if "docker" in item.keywords:
-            item.add_marker(skip)
+    for marker, problem in (("docker", DOCKER_UNAVAILABLE), ("redis", REDIS_UNAVAILABLE)):
+        if problem is None:
+            continue
+        skip = pytest.mark.skip(reason=problem)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def redis_namespace() -> Iterator[tuple[str, str]]:
+    """(broker URL, a key namespace of this test's own); every key under it is removed afterwards."""
+    if REDIS_UNAVAILABLE is not None:
+        pytest.fail(f"CI=true and the fleet tests cannot run: {REDIS_UNAVAILABLE}")
+    import redis
+
+    namespace = f"runner-test-{uuid.uuid4().hex[:10]}"
+    yield REDIS_URL, namespace
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=f"{namespace}:*"))
+        if keys:
+            client.delete(*keys)
+        assert not list(client.scan_iter(match=f"{namespace}:*")), "Redis keys of the test are left behind"
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")

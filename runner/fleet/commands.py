@@ -1,0 +1,282 @@
+"""``python -m runner submit | status | cancel``: put a suite on the queue, read its ledger, stop it.
+
+Invariants: submitting is idempotent per (suite, tag, attempt) (a task already
+queued, running or done is not queued again; the ledger's transaction decides, so
+two submits racing queue it once); status output passes the public guard; cancel
+drops queued messages and interrupts running tasks through the child's cleanup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+import structlog
+from dramatiq import Message
+
+from reducers.guard import check_public
+from runner.batch import read_tags_file, unique_tags
+from runner.errors import BadInputError, ExitCode, RunnerError
+from runner.fleet.broker import DEFAULT_NAMESPACE, Keys, connect_redis, make_broker, task_message
+from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary
+from runner.fleet.messages import (
+    DEFAULT_QUEUE,
+    MAX_ATTEMPTS,
+    MAX_PROMPT_BYTES,
+    TaskMessage,
+    TaskOptions,
+    check_queue,
+    check_suite,
+    task_key,
+)
+from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
+from runner.logs import configure_logging
+from runner.public import private_texts_for
+from runner.settings import SAFE_TAG, load_settings
+
+log = structlog.get_logger(__name__)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker", required=True, help="redis://HOST:PORT/DB")
+    parser.add_argument("--namespace", default=os.environ.get("RUNNER_FLEET_NAMESPACE", DEFAULT_NAMESPACE),
+                        help="prefix of every Redis key (env RUNNER_FLEET_NAMESPACE)")
+
+
+# -- submit ----------------------------------------------------------------------------------
+
+
+def submit_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m runner submit", description="Queue a suite: one task per tag and attempt.")
+    _common(parser)
+    parser.add_argument("--suite", required=True, help="the suite's name (letters, digits, '_ . -')")
+    parser.add_argument("--tag", action="append", help="a tag (repeatable)")
+    parser.add_argument("--tags-file", type=Path, help="one tag a line, '#' comments")
+    parser.add_argument("--prompts-dir", type=Path, required=True, help="prompts at DIR/<tag>/context/prompt.md")
+    parser.add_argument("--attempts", type=int, default=1, help="independent attempts per tag (default 1)")
+    parser.add_argument("--queue", default=DEFAULT_QUEUE, help=f"the queue (pool of hosts) to run on (default {DEFAULT_QUEUE})")
+    parser.add_argument("--image", help="task image for every tag (default alfin06/agentissue-bench:<tag>)")
+    parser.add_argument("--allow-pull", action="store_true", default=None)
+    parser.add_argument("--codex-timeout", type=float, metavar="SECONDS")
+    parser.add_argument("--eval-timeout", type=float, metavar="SECONDS")
+    parser.add_argument("--eval-network", choices=["none", "bridge", "host"])
+    parser.add_argument("--source-dir")
+    parser.add_argument("--apply-cmd")
+    parser.add_argument("--test-cmd")
+    return parser
+
+
+def _read_prompt(prompts_dir: Path, tag: str) -> str | None:
+    """The tag's prompt, or None when it is missing, empty, too big or the synthetic placeholder."""
+    try:
+        data = (prompts_dir / tag / PROMPT).read_bytes()
+    except OSError:
+        return None
+    if len(data) > MAX_PROMPT_BYTES:
+        return None
+    text = data.decode("utf-8", errors="replace")
+    return text if text.strip() and SYNTHETIC_PROMPT_MARKER not in text else None
+
+
+def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    suite = check_suite(args.suite)
+    queue = check_queue(args.queue)
+    if not 1 <= args.attempts <= MAX_ATTEMPTS:
+        raise BadInputError(f"--attempts must be between 1 and {MAX_ATTEMPTS}")
+    tags = list(args.tag or [])
+    if args.tags_file is not None:
+        tags += read_tags_file(args.tags_file)
+    for tag in tags:
+        if not SAFE_TAG.fullmatch(tag) or ".." in tag:
+            raise BadInputError(f"--tag {tag[:40]!r} is not a safe tag")
+    tags = unique_tags(tags)
+    flags = {key: getattr(args, key) for key in ("allow_pull", "codex_timeout", "eval_timeout", "eval_network",
+                                                 "source_dir", "apply_cmd", "test_cmd")}
+    settings = load_settings(image=args.image, **flags)  # the task settings, checked once, for every tag
+    options = TaskOptions.from_settings(settings, args.image)
+    client = connect_redis(args.broker)
+    keys = Keys(args.namespace)
+    ledger = SuiteLedger(client, keys, suite)
+    broker = make_broker(args.broker, args.namespace)
+    queued = skipped = refused = 0
+    try:
+        for tag in tags:
+            prompt = _read_prompt(args.prompts_dir, tag)
+            for attempt in range(1, args.attempts + 1):
+                key = task_key(tag, attempt)
+                if prompt is None:
+                    row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, submitted_at=now(),
+                                    finished_at=now(), failure_label="bad_input_prompt",
+                                    error=f"no usable prompt: {PROMPT} of this tag in --prompts-dir is missing, empty or a placeholder")
+                    if ledger.update(key, lambda cur, row=row: None if cur and cur.state in ACTIVE_STATES else row):
+                        refused += 1
+                    else:
+                        skipped += 1
+                    continue
+                task = TaskMessage(suite=suite, tag=tag, attempt=attempt, prompt=prompt, options=options)
+                fresh = LedgerRow(tag=tag, attempt=attempt, state=TaskState.QUEUED, queue=queue, submitted_at=now())
+                if ledger.update(key, lambda cur, fresh=fresh: None if cur and cur.state in ACTIVE_STATES else fresh):
+                    client.srem(keys.cancelled(suite), key)
+                    broker.enqueue(task_message(task, queue))
+                    queued += 1
+                else:
+                    skipped += 1
+    finally:
+        try:  # each broker call is a heartbeat: a submit is no worker, so leave none behind
+            client.zrem(f"{keys.dramatiq}:__heartbeats__", broker.broker_id)
+        except redis.RedisError:
+            pass
+        broker.close()
+        client.close()
+    report = {"mode": "submit", "suite": suite, "queue": queue, "tasks": len(tags) * args.attempts,
+              "queued": queued, "skipped_existing": skipped, "refused": refused}
+    log.info("suite_submitted", **report)
+    return report, int(ExitCode.BAD_INPUT if refused else ExitCode.COMPLETED)
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def status_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m runner status", description="A suite's ledger across every host.")
+    _common(parser)
+    parser.add_argument("--suite", help="one suite (default: every suite)")
+    parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], default="json")
+    return parser
+
+
+def suite_status(client: redis.Redis, keys: Keys, suite: str) -> dict[str, Any]:
+    rows = SuiteLedger(client, keys, suite).rows()
+    return {"suite": suite, "summary": summary(rows), "rows": [row.model_dump(mode="json") for row in rows]}
+
+
+def status(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    client = connect_redis(args.broker)
+    keys = Keys(args.namespace)
+    try:
+        if args.suite is not None:
+            suites = [check_suite(args.suite)]
+        else:
+            suites = sorted(name.decode() for name in client.smembers(keys.suites))
+        document = {"schema_version": "runner_fleet_status_v0", "suites": [suite_status(client, keys, s) for s in suites]}
+    finally:
+        client.close()
+    check_public("status", document, private_texts=private_texts_for(Path.cwd()))
+    return document, int(ExitCode.COMPLETED)
+
+
+def render_markdown(document: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for suite in document["suites"]:
+        s = suite["summary"]
+        lines += [
+            f"# Suite {suite['suite']}", "",
+            f"{s['tasks']} tasks: " + ", ".join(f"{n} {state}" for state, n in s["states"].items())
+            + f"; resolved {s['resolved']}/{s['finished']} ({s['resolved_rate']:.1%}), "
+            f"without infrastructure failures {s['resolved_rate_without_infra']:.1%}; retries {s['retries']}; "
+            f"tokens in {s['input_tokens']}, out {s['output_tokens']}", "",
+            "| tag | attempt | state | host | phase | resolved | failure | retries | wall s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in suite["rows"]:
+            resolved = {True: "yes", False: "no", None: "-"}[row["resolved"]]
+            wall = f"{row['wall_seconds']:.1f}" if row["wall_seconds"] is not None else "-"
+            lines.append(f"| {row['tag']} | {row['attempt']} | {row['state']} | {row['host'] or '-'} | "
+                         f"{row['phase'] or '-'} | {resolved} | {row['failure_label'] or '-'} | {row['retries']} | {wall} |")
+        lines.append("")
+    return "\n".join(lines) if lines else "No suite in the ledger.\n"
+
+
+# -- cancel ----------------------------------------------------------------------------------
+
+
+def cancel_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m runner cancel", description="Drop a suite's queued tasks, interrupt its running ones.")
+    _common(parser)
+    parser.add_argument("--suite", required=True)
+    parser.add_argument("--tag", action="append", help="only this tag (repeatable; every attempt)")
+    return parser
+
+
+def _drop_queued(client: redis.Redis, keys: Keys, queue: str, suite: str, wanted: set[str]) -> int:
+    """Remove the suite's messages from a queue (Dramatiq's list and hash; see its dispatch.lua)."""
+    queue_key = keys.queue(queue)
+    dropped = 0
+    for redis_id, data in client.hgetall(f"{queue_key}.msgs").items():
+        try:
+            message = Message.decode(data)
+            task = message.args[0]
+        except Exception:  # not one of ours: leave it to the worker, which rejects it with a row
+            continue
+        if isinstance(task, dict) and task.get("suite") == suite and task_key(str(task.get("tag")), task.get("attempt")) in wanted:
+            if client.lrem(queue_key, 0, redis_id):  # still waiting: not fetched by a worker yet
+                client.hdel(f"{queue_key}.msgs", redis_id)
+                dropped += 1
+    return dropped
+
+
+def cancel(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    suite = check_suite(args.suite)
+    client = connect_redis(args.broker)
+    keys = Keys(args.namespace)
+    ledger = SuiteLedger(client, keys, suite)
+    try:
+        rows = [row for row in ledger.rows() if not args.tag or row.tag in args.tag]
+        wanted = {row.key for row in rows if row.state in (TaskState.QUEUED, TaskState.RUNNING)}
+        if wanted:
+            client.sadd(keys.cancelled(suite), *wanted)  # workers: skip these, interrupt the running ones
+        dropped = 0
+        for queue in sorted({row.queue for row in rows}):
+            dropped += _drop_queued(client, keys, queue, suite, wanted)
+        cancelled = 0
+        for row in rows:
+            if row.state is TaskState.QUEUED and ledger.update(
+                row.key, lambda cur: cur.model_copy(update={"state": TaskState.CANCELLED, "finished_at": now()})
+                if cur is not None and cur.state is TaskState.QUEUED else None
+            ):
+                cancelled += 1
+        running = sum(1 for row in rows if row.state is TaskState.RUNNING)
+    finally:
+        client.close()
+    report = {"mode": "cancel", "suite": suite, "cancelled_queued": cancelled, "dropped_messages": dropped,
+              "interrupting_running": running}
+    return report, int(ExitCode.COMPLETED)
+
+
+# -- entry points ----------------------------------------------------------------------------
+
+
+def _main(parser: argparse.ArgumentParser, command: Any, argv: list[str]) -> int:
+    args = parser.parse_args(argv)
+    configure_logging()
+    try:
+        report, code = command(args)
+    except RunnerError as e:
+        log.error("runner_refused", reason=e.reason, exit_code=int(e.exit_code))
+        print(f"runner: {e}", file=sys.stderr)
+        return int(e.exit_code)
+    except redis.RedisError as e:
+        print(f"runner: the broker failed during the command ({type(e).__name__}); run it again", file=sys.stderr)
+        return int(ExitCode.BAD_ENVIRONMENT)
+    if getattr(args, "output_format", "json") == "markdown":
+        print(render_markdown(report))
+    else:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    return code
+
+
+def submit_main(argv: list[str]) -> int:
+    return _main(submit_parser(), submit, argv)
+
+
+def status_main(argv: list[str]) -> int:
+    return _main(status_parser(), status, argv)
+
+
+def cancel_main(argv: list[str]) -> int:
+    return _main(cancel_parser(), cancel, argv)

@@ -1,0 +1,81 @@
+"""Can this host take a task now? Docker answers, disks have room, codex and its login are there.
+
+Invariants: never raises for a broken host (each check answers ok or not, with an
+actionable, public-safe detail: no path, no secret); a worker takes nothing while
+any check fails, so a broken host stops taking work instead of failing every task.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.docker_utils import connect
+from runner.errors import CodexNotFoundError, DockerUnavailableError
+from runner.phases.precheck import Check, codex_version
+
+GIB = 1024**3
+# Where codex keeps its login (CODEX_HOME, by default the home's .codex) and the variables
+# that stand in for it. Names only: values are never read beyond "set or not".
+AUTH_FILE = "auth.json"
+API_KEY_VARIABLES = ("OPENAI_API_KEY", "CODEX_API_KEY")
+
+
+class HostReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    healthy: bool
+    checks: list[Check]
+
+    def failing(self) -> list[Check]:
+        return [check for check in self.checks if not check.ok]
+
+
+def _free_disk(name: str, path: Path, min_free_gb: float) -> Check:
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError as e:
+        return Check(name=name, ok=False, detail=f"cannot be measured ({e.strerror or type(e).__name__})")
+    ok = free >= min_free_gb * GIB
+    detail = f"{free / GIB:.1f} GiB free, at least {min_free_gb:g} GiB wanted (--min-free-gb)"
+    return Check(name=name, ok=ok, detail=detail if ok else detail + "; free space or move the directory")
+
+
+def codex_login_check(environ: dict[str, str] | os._Environ = os.environ) -> Check:
+    home = Path(environ.get("CODEX_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".codex")
+    if (home / AUTH_FILE).is_file():
+        return Check(name="codex_login", ok=True, detail="a codex login is stored in CODEX_HOME")
+    if any(environ.get(name) for name in API_KEY_VARIABLES):
+        return Check(name="codex_login", ok=True, detail="an API key variable is set for codex")
+    return Check(name="codex_login", ok=False,
+                 detail="no codex login: run `codex login` for this user (or set CODEX_HOME to a logged-in home)")
+
+
+def check_host(jobs_dir: Path, codex_bin: str, min_free_gb: float) -> HostReport:
+    checks: list[Check] = []
+    try:
+        client = connect(timeout=10)
+    except DockerUnavailableError as e:
+        checks.append(Check(name="docker_daemon", ok=False, detail=str(e)))
+    else:
+        try:
+            checks.append(Check(name="docker_daemon", ok=True, detail="the daemon answers"))
+            root = Path(str(client.info().get("DockerRootDir") or ""))
+            if root.is_absolute() and root.is_dir():
+                checks.append(_free_disk("docker_disk", root, min_free_gb))
+            else:
+                checks.append(Check(name="docker_disk", ok=True, detail="Docker's data root is not on this host; not measured"))
+        except Exception as e:  # docker-py raises several kinds here; each means the same
+            checks.append(Check(name="docker_disk", ok=False, detail=f"docker info failed ({type(e).__name__})"))
+        finally:
+            client.close()
+    checks.append(_free_disk("jobs_disk", jobs_dir, min_free_gb))
+    try:
+        checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {codex_version(codex_bin)}"))
+    except CodexNotFoundError as e:
+        checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
+    checks.append(codex_login_check())
+    return HostReport(healthy=all(check.ok for check in checks), checks=checks)
