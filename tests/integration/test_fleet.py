@@ -386,7 +386,7 @@ def test_bad_input_gives_a_clear_error_and_a_failed_row_never_a_crashed_worker(f
     assert rows["t_empty/1"]["state"] == "failed" and rows["t_empty/1"]["failure_label"] == "bad_message"
     assert "prompt" in rows["t_empty/1"]["error"]
     assert rows["t_badcmd/1"]["state"] == "failed" and rows["t_badcmd/1"]["failure_label"] == "bad_input"
-    assert "source_dir" in rows["t_badcmd/1"]["error"]
+    assert "--source-dir" in rows["t_badcmd/1"]["error"]
     invalid = [row for key, row in rows.items() if key.startswith("invalid-")]
     assert len(invalid) == 1 and "tag" in invalid[0]["error"] and "rm -rf" not in invalid[0]["error"]
     assert all(row["state"] == "failed" for row in fleet.rows("_rejected").values())

@@ -52,6 +52,7 @@ commit = baseline(ctx).baseline_commit
 with open(ctx.job.buggy_source / "blob.bin", "wb") as out:
     for _ in range(int(sys.argv[3])):
         out.write(__import__("os").urandom(1 << 20))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, end=" ")
 try:
     export_patch(ctx, commit)
     print("exported", end=" ")
@@ -70,9 +71,12 @@ def test_an_agents_huge_file_is_refused_without_holding_it_in_memory(tmp_path: P
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    outcome, peak_kib = done.stdout.split()
+    before_kib, outcome, peak_kib = done.stdout.split()
     assert outcome == "patch_too_large"
-    assert int(peak_kib) < 150 * 1024, f"the runner peaked at {int(peak_kib) // 1024} MiB"
+    # Measured against the process's own peak before the export (imports, baseline): the export
+    # may add far less than the 200 MB file (the old code added several times its size).
+    grown = int(peak_kib) - int(before_kib)
+    assert grown < 100 * 1024, f"the export added {grown // 1024} MiB to the runner's peak"
     job = tmp_path / "job"
     assert not (job / "Patches" / "demo_1" / "attempt.patch").exists()
     assert not list((job / "Patches").rglob("*.tmp")) if (job / "Patches").exists() else True
