@@ -104,6 +104,10 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
         argv.append(f"--image={image}")
     if settings.allow_pull:
         argv.append("--allow-pull")
+    if settings.state_dir is not None:
+        argv.append(f"--state-dir={settings.state_dir}")
+    if settings.agent_user is not None:
+        argv.append(f"--agent-user={settings.agent_user}")
     return argv
 
 

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source-dir", help="buggy source in the image (env CONTAINER_BUGGY_SOURCE)")
     parser.add_argument("--apply-cmd", help="apply command in the container (env PATCH_APPLY_SH)")
     parser.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
+    parser.add_argument("--state-dir", type=Path, help="the runner's own records, outside every job root (env RUNNER_STATE_DIR)")
+    parser.add_argument("--agent-user", help="run the agent as this unprivileged user; needs root (env RUNNER_AGENT_USER)")
     parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
     return parser
 
@@ -105,7 +107,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
         key: getattr(args, key)
         for key in (
             "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
-            "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format",
+            "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format", "state_dir", "agent_user",
         )
     }
     single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not _is_batch(args) else None

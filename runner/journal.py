@@ -1,0 +1,184 @@
+"""The runner's own record of where a job root is, kept where no agent can write it.
+
+Invariants:
+- the journal lives in the runner's state directory (``--state-dir``, outside every
+  job root; 0700), never in a job root: codex's sandbox cannot write it, and an
+  agent run as ``--agent-user`` cannot even read it;
+- a phase is done only when the journal records its ``ok`` marker: the files under
+  ``result-markers/`` are copies for people and reducers, rewritten from the
+  journal (and removed when it has no record) before they are read, so a marker
+  an agent wrote (in its own job root or a sibling's) is never trusted;
+- the journal is written before the marker file, so a crash between them loses nothing;
+- it records when an agent starts and when it was seen to end: a rerun that
+  finds an agent recorded as running makes sure its namespace is empty first;
+- one journal per job id, and one job id per job root: a copied job root
+  (``cp -a`` keeps ``.runner-job-id``) is detected and gets an id of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from reducers.models import Marker, Phase
+from runner.atomic import render_json, write_bytes_atomic
+from runner.errors import BadInputError
+from runner.jobroot import JOB_ID_FILE, JobRoot
+from runner.markers import marker_path
+from runner.trees import remove_tree
+
+log = structlog.get_logger(__name__)
+
+STATE_ENV = "RUNNER_STATE_DIR"
+_JOB_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def default_state_dir() -> Path:
+    """Root's under /var/lib; anyone else's under ``$XDG_STATE_HOME`` (or ``~/.local/state``)."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/agentissue-runner")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "agentissue-runner"
+
+
+def _read_job_id(root: Path) -> str | None:
+    try:
+        text = (root / JOB_ID_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if _JOB_ID.fullmatch(text) else None
+
+
+@dataclass
+class Journal:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def job_id(self) -> str:
+        return str(self.data["job_id"])
+
+    @classmethod
+    def open(cls, state_dir: Path, job: JobRoot) -> Journal:
+        """This job root's journal, made on first use; the caller holds the job root's lock.
+
+        Raises:
+            BadInputError: the state directory is inside the job root.
+        """
+        state_dir = state_dir.expanduser().resolve()
+        if state_dir == job.root or job.root in state_dir.parents:
+            raise BadInputError("--state-dir must lie outside the job root (the agent can write there)")
+        jobs = state_dir / "jobs"
+        jobs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(state_dir, 0o700)
+        root = str(job.root)
+        job_id = _read_job_id(job.root)
+        data = cls._load(jobs / f"{job_id}.json") if job_id else None
+        if data is not None and data.get("root") != root:
+            original = Path(str(data.get("root")))
+            if _read_job_id(original) == job_id:
+                log.warning("job_root_copy_detected", reason="its job id belongs to another job root")
+                data = None  # a copy: its own id and record, the original's untouched
+            else:
+                data["root"] = root  # moved: the same job root under a new path
+        if data is None:
+            job_id = uuid.uuid4().hex[:16]
+            data = {"job_id": job_id, "root": root, "markers": {}, "agent": None, "extract": None}
+            (job.root / JOB_ID_FILE).write_text(job_id + "\n", encoding="ascii")
+        journal = cls(path=jobs / f"{job_id}.json", data=data)
+        journal.save()
+        return journal
+
+    @staticmethod
+    def _load(path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("markers"), dict) else None
+
+    def save(self) -> None:
+        write_bytes_atomic(self.path, render_json(self.data), mode=0o600)
+
+    # --- markers ---------------------------------------------------------------------
+
+    def marker(self, phase: Phase) -> Marker | None:
+        raw = self.data["markers"].get(phase.value)
+        if raw is None:
+            return None
+        try:
+            return Marker.model_validate(raw)
+        except ValidationError:
+            return None
+
+    def record(self, marker: Marker) -> None:
+        self.data["markers"][marker.phase.value] = marker.model_dump(mode="json")
+        if marker.phase is Phase.EXTRACT:
+            self.data["extract"] = None
+        self.save()
+
+    def forget(self, *phases: Phase) -> None:
+        for phase in phases:
+            self.data["markers"].pop(phase.value, None)
+        self.save()
+
+    def sync_files(self, markers_dir: Path, phases: tuple[Phase, ...]) -> list[str]:
+        """Make the marker files of ``phases`` the journal's copies; the names of those that were not."""
+        replaced = []
+        for phase in phases:
+            path = marker_path(markers_dir, phase)
+            recorded = self.data["markers"].get(phase.value)
+            wanted = render_json(recorded) if recorded is not None else None
+            try:
+                present = path.read_bytes() if not path.is_symlink() else b"<link>"
+            except FileNotFoundError:
+                present = None
+            except OSError:
+                present = b"<unreadable>"
+            if present == wanted:
+                continue
+            if present is not None:
+                replaced.append(path.name)
+            if path.is_dir() and not path.is_symlink():
+                remove_tree(path)
+            else:
+                path.unlink(missing_ok=True)
+            if wanted is not None:
+                write_bytes_atomic(path, wanted)
+        return replaced
+
+    # --- the agent and the extraction: what was under way ----------------------------------
+
+    def agent_starting(self, run_id: str) -> None:
+        self.data["agent"] = {"state": "running", "run_id": run_id}
+        self.save()
+
+    def agent_contained(self, record: dict[str, Any]) -> None:
+        """Its first process (pid, start time) and whether it heads a PID namespace of its own."""
+        self.data["agent"].update(record)
+        self.save()
+
+    def agent_ended(self) -> None:
+        self.data["agent"] = {"state": "ended"}
+        self.save()
+
+    def unwatched_agent(self) -> dict[str, Any] | None:
+        """The record of an agent whose end no runner saw (its runner died), or None."""
+        agent = self.data.get("agent")
+        return agent if isinstance(agent, dict) and agent.get("state") == "running" else None
+
+    def extract_placing(self, run_id: str) -> None:
+        """Recorded just before the extracted tree is renamed into ``buggy-source/``."""
+        self.data["extract"] = {"placing": run_id}
+        self.save()
+
+    def extraction_was_placing(self) -> bool:
+        return isinstance(self.data.get("extract"), dict)
