@@ -21,8 +21,10 @@ from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import PUBLIC_FILES, JobRoot
+from runner.journal import Journal, default_state_dir
+from runner.lock import job_root_lock
 from runner.logs import configure_logging
-from runner.pipeline import execute
+from runner.pipeline import STEPS, execute
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import reduce_job
 from runner.plan import build_plan
@@ -166,7 +168,12 @@ def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
         raise BadInputError("--reduce needs --job-root DIR (or JOB_ROOT)")
     if not settings.job_root.is_dir():
         raise BadInputError("--job-root does not exist")
-    result = reduce_job(JobRoot.at(settings.job_root, settings.tag))
+    job = JobRoot.at(settings.job_root, settings.tag)
+    with job_root_lock(job.root):
+        journal = Journal.find(settings.state_dir or default_state_dir(), job)
+        if journal is not None:  # the runner's own record wins over marker files anyone could write
+            journal.sync_files(job.markers, STEP_PHASES)
+        result = reduce_job(job)
     report = {"mode": "reduce", "resolved": result.resolved, "terminal_state": result.terminal_state,
               "first_failed_phase": result.first_failed_phase, "failure_label": result.failure_label,
               "public_files": list(PUBLIC_FILES)}
@@ -182,6 +189,7 @@ def _sweep(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return {"mode": "sweep", "removed": removed, "kept_live": kept}, ExitCode.COMPLETED
 
 
+STEP_PHASES = tuple(STEPS)
 MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep": _sweep}
 
 

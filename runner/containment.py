@@ -30,7 +30,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from runner.owner import _ZOMBIE, _start_ticks
+
+log = structlog.get_logger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 UNSHARE = ("--pid", "--fork", "--kill-child", "--mount-proc")
@@ -179,6 +183,8 @@ def agent_process(argv: list[str], *, journal: Any, run_id: str, agent: AgentUse
     journal = journal or _NoJournal()
     journal.agent_starting(run_id)
     child = subprocess.Popen(wrap(argv, agent), preexec_fn=die_with_parent, start_new_session=True, **popen)
+    if not pid_namespaces_available():
+        log.warning("agent_not_in_a_pid_namespace", reason="unshare cannot make one here; the subreaper must catch its processes")
     first = namespace_init(child.pid) if pid_namespaces_available() else child.pid
     record = {"pid": first, "start": _start_ticks(first) if first else None, "namespace": first != child.pid}
     journal.agent_contained(record)

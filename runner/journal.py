@@ -7,8 +7,11 @@ Invariants:
 - a phase is done only when the journal records its ``ok`` marker: the files under
   ``result-markers/`` are copies for people and reducers, rewritten from the
   journal (and removed when it has no record) before they are read, so a marker
-  an agent wrote (in its own job root or a sibling's) is never trusted;
-- the journal is written before the marker file, so a crash between them loses nothing;
+  an agent wrote (in its own job root or a sibling's) is never trusted; a marker
+  file deleted (by the operator, to redo a phase) drops the record: a deletion
+  can only cause honest work again, never a verdict;
+- the marker file is written before the journal: a crash between them leaves a
+  file with no record, which is removed, and the phase runs again;
 - it records when an agent starts and when it was seen to end: a rerun that
   finds an agent recorded as running makes sure its namespace is empty first;
 - one journal per job id, and one job id per job root: a copied job root
@@ -97,6 +100,14 @@ class Journal:
         journal.save()
         return journal
 
+    @classmethod
+    def find(cls, state_dir: Path, job: JobRoot) -> Journal | None:
+        """This job root's journal if one exists (for ``--reduce``, which makes none)."""
+        job_id = _read_job_id(job.root)
+        path = state_dir.expanduser().resolve() / "jobs" / f"{job_id}.json"
+        data = cls._load(path) if job_id else None
+        return cls(path=path, data=data) if data is not None and data.get("root") == str(job.root) else None
+
     @staticmethod
     def _load(path: Path) -> dict[str, Any] | None:
         try:
@@ -131,7 +142,10 @@ class Journal:
         self.save()
 
     def sync_files(self, markers_dir: Path, phases: tuple[Phase, ...]) -> list[str]:
-        """Make the marker files of ``phases`` the journal's copies; the names of those that were not."""
+        """Make the marker files of ``phases`` the journal's copies; the names of those that were not.
+
+        A recorded marker whose file is gone is forgotten instead: that phase runs again.
+        """
         replaced = []
         for phase in phases:
             path = marker_path(markers_dir, phase)
@@ -144,6 +158,10 @@ class Journal:
             except OSError:
                 present = b"<unreadable>"
             if present == wanted:
+                continue
+            if present is None:
+                log.info("marker_deleted", phase=phase.value, action="the phase runs again")
+                self.forget(phase)
                 continue
             if present is not None:
                 replaced.append(path.name)

@@ -215,8 +215,8 @@ def _run_phases(ctx: JobContext) -> BaseException | None:
                     log.info("phase_skipped", reason="ok in the runner's journal from an earlier run")
                     continue
                 marker, failure = _run_phase(ctx, phase)
-                ctx.journal.record(marker)  # the journal first: a crash before the file loses nothing
                 write_marker(job.markers, marker)
+                ctx.journal.record(marker)  # then the journal: a file no journal records is never trusted
                 if failure is not None:
                     return failure
     finally:
