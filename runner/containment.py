@@ -8,7 +8,7 @@ Invariants:
   and from inside it the runner's own pid cannot even be named;
 - the wrapper dies with the runner (``PR_SET_PDEATHSIG``), and the namespace
   with the wrapper (``--kill-child``): a runner killed with SIGKILL leaves no agent;
-- the runner's own children (git) die with it too (``die_with_parent``);
+- the runner's own children (git) die with it too (``die_with_parent_prefix``);
 - with ``agent_user`` the agent runs as that unprivileged user (``setpriv``), so
   it cannot write any file of the job root that it does not own.
 Where ``unshare`` cannot make a PID namespace (no privilege), the runner falls
@@ -17,7 +17,6 @@ back to its subreaper (``runner.reaper``) and says so in the log.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -36,17 +35,19 @@ from runner.owner import _ZOMBIE, _start_ticks
 
 log = structlog.get_logger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 UNSHARE = ("--pid", "--fork", "--kill-child", "--mount-proc")
 
 
-def die_with_parent() -> None:
-    """``preexec_fn``: SIGKILL this child when the runner's thread that started it dies."""
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the runner died before prctl took effect
-        os._exit(137)
+@lru_cache(maxsize=1)
+def die_with_parent_prefix() -> tuple[str, ...]:
+    """A command prefix that makes the command SIGKILLed when the runner dies (``PR_SET_PDEATHSIG``).
+
+    A prefix (``setpriv --pdeathsig``), not a ``preexec_fn``: with one, CPython runs its
+    at-fork handlers around every fork, and a Ctrl-C landing in one of them is silently
+    dropped (seen: a SIGINT during baseline lost in logging's at-fork lock release).
+    """
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig=SIGKILL", "--") if setpriv else ()
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +77,7 @@ def wrap(argv: list[str], agent: AgentUser | None) -> list[str]:
                 "--no-new-privs", "--pdeathsig=SIGKILL", "--", *argv]
     if pid_namespaces_available():
         argv = [shutil.which("unshare") or "unshare", *UNSHARE, *argv]
-    return argv
+    return [*die_with_parent_prefix(), *argv]
 
 
 def pid_namespace_of(pid: int) -> str | None:
@@ -182,7 +183,7 @@ def agent_process(argv: list[str], *, journal: Any, run_id: str, agent: AgentUse
     """
     journal = journal or _NoJournal()
     journal.agent_starting(run_id)
-    child = subprocess.Popen(wrap(argv, agent), preexec_fn=die_with_parent, start_new_session=True, **popen)
+    child = subprocess.Popen(wrap(argv, agent), start_new_session=True, **popen)
     if not pid_namespaces_available():
         log.warning("agent_not_in_a_pid_namespace", reason="unshare cannot make one here; the subreaper must catch its processes")
     first = namespace_init(child.pid) if pid_namespaces_available() else child.pid

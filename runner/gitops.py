@@ -19,7 +19,7 @@ from typing import Any
 
 from git import Git, Repo
 
-from runner.containment import die_with_parent
+from runner.containment import die_with_parent_prefix
 
 BASELINE_MESSAGE = "agentissue-runner baseline: buggy source as extracted"
 BRANCH = "main"
@@ -57,7 +57,8 @@ class _DyingGit(Git):
     """Every git the runner starts dies with the runner (kill -9, OOM), never outlives it."""
 
     def execute(self, command: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("preexec_fn", die_with_parent)
+        if isinstance(command, (list, tuple)):
+            command = [*die_with_parent_prefix(), *command]
         return super().execute(command, *args, **kwargs)
 
 

@@ -87,11 +87,13 @@ class Journal:
         data = cls._load(jobs / f"{job_id}.json") if job_id else None
         if data is not None and data.get("root") != root:
             original = Path(str(data.get("root")))
-            if _read_job_id(original) == job_id:
+            if original.exists():
+                # A copy (cp -a keeps the id file), or an id file rewritten to claim another
+                # job root's record: either way its own id and record, the other's untouched.
                 log.warning("job_root_copy_detected", reason="its job id belongs to another job root")
-                data = None  # a copy: its own id and record, the original's untouched
+                data = None
             else:
-                data["root"] = root  # moved: the same job root under a new path
+                data["root"] = root  # moved: the same job root under a new path, the old one gone
         if data is None:
             job_id = uuid.uuid4().hex[:16]
             data = {"job_id": job_id, "root": root, "markers": {}, "agent": None, "extract": None}
