@@ -1,7 +1,11 @@
 """The pipeline: the phases in order, a marker each, resume from ``ok`` markers, always reduce.
 
 Invariants:
-- a phase with an ``ok`` marker is skipped; the first failure stops the run and
+- a phase whose ``ok`` marker the runner's journal records (``runner.journal``,
+  outside the job root) is skipped; marker files are only its copies, and a patch
+  or an evaluation counts only while it is of the patch on disk (``_done``);
+- before any phase, an agent a dead run left is ended (``recover``);
+- the first failure stops the run and
   is recorded in that phase's marker; reduce then runs whatever happened, so
   every run that got past prepare ends with compact outputs naming the failure;
 - a refused prompt (prepare) writes nothing at all;
