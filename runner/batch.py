@@ -29,7 +29,8 @@ from typing import Any, Protocol
 import structlog
 
 from runner.errors import BadInputError, ExitCode, RunnerError
-from runner.jobroot import BENCHMARK_RUN
+from runner.jobroot import BENCHMARK_RUN, JobRoot
+from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger
 from runner.public import private_texts_for
 from runner.lock import job_root_lock
@@ -275,7 +276,11 @@ def _run_locked(
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
     children = _Children()
-    todo = [tag for tag in tags if not (tag in ledger.rows and ledger.rows[tag].completed)]
+    state_dir = settings.state_dir or default_state_dir()
+    todo = [
+        tag for tag in tags
+        if not (tag in ledger.rows and ledger.rows[tag].completed and evaluated(state_dir, JobRoot.at(jobs_dir / tag, tag)))
+    ]
     for tag in tags:
         if tag not in todo:
             progress.skipped(tag)

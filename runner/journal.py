@@ -202,3 +202,11 @@ class Journal:
 
     def extraction_was_placing(self) -> bool:
         return isinstance(self.data.get("extract"), dict)
+
+
+def evaluated(state_dir: Path, job: JobRoot) -> bool:
+    """Does the runner's own record say this job root's patch was evaluated? (A ledger in the
+    jobs directory is not proof: an agent of another task could have written it.)"""
+    journal = Journal.find(state_dir, job)
+    marker = journal.marker(Phase.EVALUATE) if journal is not None else None
+    return marker is not None and marker.ok

@@ -133,9 +133,21 @@ def test_one_task_cannot_forge_a_siblings_verdict_in_a_batch(tmp_path: Path, stu
     assert run["official_task_score"]["resolved"] is False
     assert run["failure_attribution_labels"] == ["failed_patch_empty_patch"]
     assert _marker(victim, "codex")["started_at"] != "2026-01-01T00:00:00.000+00:00"
-    rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
+    ledger = read_json(jobs / "run-ledger.json")
+    rows = {row["tag"]: row for row in ledger["rows"]}
     assert rows["b_victim"]["resolved"] is False
     assert rows["a_forger"]["resolved"] is True
+
+    # A ledger row forged as completed and resolved does not make a rerun of the batch skip the tag.
+    import json
+
+    rows["b_victim"].update(state="completed", resolved=True)
+    (jobs / "run-ledger.json").write_text(json.dumps(ledger))
+    done = run_cli("--execute", "--jobs-dir", str(jobs), "--tag", "b_victim",
+                   "--image", stub_image, "--codex-bin", str(FAKE_CODEX))
+    assert done.returncode == 1, done.stderr
+    rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
+    assert rows["b_victim"]["resolved"] is False
 
 
 @pytest.fixture
