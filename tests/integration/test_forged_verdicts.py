@@ -65,19 +65,20 @@ def test_markers_forged_before_the_runner_is_killed_are_never_trusted(tmp_path: 
 def test_a_tree_1100_levels_deep_cannot_break_the_tamper_check(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path, "fake-codex-mode: deep-forge\n")
     before = snapshot_outside(tmp_path, job)
-    for attempt in range(2):  # and on every rerun
-        done = run_cli("--execute", *stub_args(job, stub_image))
-        assert done.returncode == 1, done.stderr
-        assert _marker(job, "codex")["reason"] == "codex_wrote_runner_files", done.stderr
-        run = read_json(job / "benchmark_run.compact.json")
-        assert run["official_task_score"]["resolved"] is False
-        assert not (job / "result-markers" / "evaluate.json").exists()
-        assert not (job / "result-markers" / "patch.json").exists()
-        if attempt == 0:
+    try:
+        for _attempt in range(2):  # and on every rerun
+            done = run_cli("--execute", *stub_args(job, stub_image))
+            assert done.returncode == 1, done.stderr
+            assert _marker(job, "codex")["reason"] == "codex_wrote_runner_files", done.stderr
+            run = read_json(job / "benchmark_run.compact.json")
+            assert run["official_task_score"]["resolved"] is False
+            assert not (job / "result-markers" / "evaluate.json").exists()
+            assert not (job / "result-markers" / "patch.json").exists()
             remove_deep_chain(job / "buggy-source" / "d")
-    assert agent_gone(job / "buggy-source")
-    assert snapshot_outside(tmp_path, job) == before
-    remove_deep_chain(job / "buggy-source" / "d")
+        assert agent_gone(job / "buggy-source")
+        assert snapshot_outside(tmp_path, job) == before
+    finally:
+        remove_deep_chain(job / "buggy-source" / "d")  # pytest's own clean-up recurses
 
 
 @pytest.fixture
@@ -97,10 +98,13 @@ def test_a_source_tree_1000_levels_deep_is_extracted_fixed_and_resolved(
     tmp_path: Path, deep_source_image: str
 ) -> None:
     job = make_job_root(tmp_path)
-    done = run_cli("--execute", *stub_args(job, deep_source_image))
-    assert done.returncode == 0, done.stderr
-    assert _marker(job, "extract")["details"]["directory_count"] >= 1000
-    assert read_json(job / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True
+    try:
+        done = run_cli("--execute", *stub_args(job, deep_source_image))
+        assert done.returncode == 0, done.stderr
+        assert _marker(job, "extract")["details"]["directory_count"] >= 1000
+        assert read_json(job / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True
+    finally:
+        remove_deep_chain(job / "buggy-source" / "d")  # pytest's own clean-up recurses
 
 
 def test_fork_chains_in_sessions_of_their_own_all_end_with_codex(tmp_path: Path, stub_image: str) -> None:
