@@ -16,13 +16,13 @@ from typing import Any
 
 import structlog
 
+from reducers.markers import read_markers
 from runner.batch import read_tags_file, run_batch, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import PUBLIC_FILES, JobRoot
 from runner.journal import Journal, default_state_dir
-from runner.lock import job_root_lock
 from runner.logs import configure_logging
 from runner.pipeline import STEPS, execute
 from runner.phases.precheck import run_precheck
@@ -169,11 +169,15 @@ def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     if not settings.job_root.is_dir():
         raise BadInputError("--job-root does not exist")
     job = JobRoot.at(settings.job_root, settings.tag)
-    with job_root_lock(job.root):
-        journal = Journal.find(settings.state_dir or default_state_dir(), job)
-        if journal is not None:  # the runner's own record wins over marker files anyone could write
-            journal.sync_files(job.markers, STEP_PHASES)
-        result = reduce_job(job)
+    read_markers(job.markers)  # a corrupt marker is named first (file and field)
+    journal = Journal.find(settings.state_dir or default_state_dir(), job)
+    untrusted = journal.untrusted_files(job.markers, STEP_PHASES) if journal is not None else []
+    if untrusted:  # never publish what the runner did not record; --execute restores its own copies
+        raise BadInputError(
+            f"result-markers/{untrusted[0]} is not what the runner recorded for this job root; "
+            "run --execute on it again, which puts the runner's own markers back"
+        )
+    result = reduce_job(job)
     report = {"mode": "reduce", "resolved": result.resolved, "terminal_state": result.terminal_state,
               "first_failed_phase": result.first_failed_phase, "failure_label": result.failure_label,
               "public_files": list(PUBLIC_FILES)}

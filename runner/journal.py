@@ -143,6 +143,27 @@ class Journal:
             self.data["markers"].pop(phase.value, None)
         self.save()
 
+    def untrusted_files(self, markers_dir: Path, phases: tuple[Phase, ...]) -> list[str]:
+        """The marker files of ``phases`` that are not the journal's copies (nothing is changed)."""
+        return [
+            marker_path(markers_dir, phase).name
+            for phase in phases
+            if self._present(marker_path(markers_dir, phase)) != self._wanted(phase)
+        ]
+
+    def _wanted(self, phase: Phase) -> bytes | None:
+        recorded = self.data["markers"].get(phase.value)
+        return render_json(recorded) if recorded is not None else None
+
+    @staticmethod
+    def _present(path: Path) -> bytes | None:
+        try:
+            return path.read_bytes() if not path.is_symlink() else b"<link>"
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return b"<unreadable>"
+
     def sync_files(self, markers_dir: Path, phases: tuple[Phase, ...]) -> list[str]:
         """Make the marker files of ``phases`` the journal's copies; the names of those that were not.
 
@@ -151,14 +172,7 @@ class Journal:
         replaced = []
         for phase in phases:
             path = marker_path(markers_dir, phase)
-            recorded = self.data["markers"].get(phase.value)
-            wanted = render_json(recorded) if recorded is not None else None
-            try:
-                present = path.read_bytes() if not path.is_symlink() else b"<link>"
-            except FileNotFoundError:
-                present = None
-            except OSError:
-                present = b"<unreadable>"
+            wanted, present = self._wanted(phase), self._present(path)
             if present == wanted:
                 continue
             if present is None:

@@ -47,6 +47,9 @@ def test_markers_forged_before_the_runner_is_killed_are_never_trusted(tmp_path: 
     running.finish()
     assert agent_gone(job / "buggy-source")
     assert _marker(job, "evaluate")["details"]["resolved"] is True  # the forgery is on disk
+    reduced = run_cli("--reduce", "--job-root", str(job), "--tag", "stub_calc")
+    assert reduced.returncode == 2 and "not what the runner recorded" in reduced.stderr, reduced.stderr
+    assert not (job / "benchmark_run.compact.json").exists()  # nothing forged was published
 
     # The operator reruns the same command, as the README says after a crash.
     done = run_cli("--execute", *stub_args(job, stub_image))
