@@ -31,7 +31,8 @@ from typing import Any, Protocol
 import structlog
 
 from runner.errors import BadInputError, ExitCode, RunnerError
-from runner.jobroot import BENCHMARK_RUN
+from runner.jobroot import BENCHMARK_RUN, JobRoot
+from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger
 from runner.lifeline import BATCH_PARENT_ENV
 from runner.public import private_texts_for
@@ -111,6 +112,10 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
         argv.append(f"--image={image}")
     if settings.allow_pull:
         argv.append("--allow-pull")
+    if settings.state_dir is not None:
+        argv.append(f"--state-dir={settings.state_dir}")
+    if settings.agent_user is not None:
+        argv.append(f"--agent-user={settings.agent_user}")
     return argv
 
 
@@ -352,7 +357,11 @@ def _run_locked(
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
     children = _Children()
-    todo = [tag for tag in tags if not (tag in ledger.rows and ledger.rows[tag].completed)]
+    state_dir = settings.state_dir or default_state_dir()
+    todo = [
+        tag for tag in tags
+        if not (tag in ledger.rows and ledger.rows[tag].completed and evaluated(state_dir, JobRoot.at(jobs_dir / tag, tag)))
+    ]
     for tag in tags:
         if tag not in todo:
             progress.skipped(tag)

@@ -16,15 +16,17 @@ from typing import Any
 
 import structlog
 
+from reducers.markers import read_markers
 from runner import early_signals
 from runner.batch import BatchSummary, read_tags_file, run_batch, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import PUBLIC_FILES, JobRoot
+from runner.journal import Journal, default_state_dir
 from runner.lifeline import follow_batch_parent
 from runner.logs import configure_logging
-from runner.pipeline import execute
+from runner.pipeline import STEPS, execute
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import reduce_job
 from runner.plan import build_plan
@@ -68,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source-dir", help="buggy source in the image (env CONTAINER_BUGGY_SOURCE)")
     parser.add_argument("--apply-cmd", help="apply command in the container (env PATCH_APPLY_SH)")
     parser.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
+    parser.add_argument("--state-dir", type=Path, help="the runner's own records, outside every job root (env RUNNER_STATE_DIR)")
+    parser.add_argument("--agent-user", help="run the agent as this unprivileged user; needs root (env RUNNER_AGENT_USER)")
     parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
     return parser
 
@@ -108,7 +112,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
         key: getattr(args, key)
         for key in (
             "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
-            "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format",
+            "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format", "state_dir", "agent_user",
         )
     }
     single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not _is_batch(args) else None
@@ -179,7 +183,16 @@ def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
         raise BadInputError("--reduce needs --job-root DIR (or JOB_ROOT)")
     if not settings.job_root.is_dir():
         raise BadInputError("--job-root does not exist")
-    result = reduce_job(JobRoot.at(settings.job_root, settings.tag))
+    job = JobRoot.at(settings.job_root, settings.tag)
+    read_markers(job.markers)  # a corrupt marker is named first (file and field)
+    journal = Journal.find(settings.state_dir or default_state_dir(), job)
+    untrusted = journal.untrusted_files(job.markers, STEP_PHASES) if journal is not None else []
+    if untrusted:  # never publish what the runner did not record; --execute restores its own copies
+        raise BadInputError(
+            f"result-markers/{untrusted[0]} is not what the runner recorded for this job root; "
+            "run --execute on it again, which puts the runner's own markers back"
+        )
+    result = reduce_job(job)
     report = {"mode": "reduce", "resolved": result.resolved, "terminal_state": result.terminal_state,
               "first_failed_phase": result.first_failed_phase, "failure_label": result.failure_label,
               "public_files": list(PUBLIC_FILES)}
@@ -195,6 +208,7 @@ def _sweep(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return {"mode": "sweep", "removed": removed, "kept_live": kept}, ExitCode.COMPLETED
 
 
+STEP_PHASES = tuple(STEPS)
 MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep": _sweep}
 
 

@@ -13,6 +13,7 @@ import docker
 from reducers.models import Phase, Scalar
 from runner.docker_utils import connect, runner_labels
 from runner.jobroot import JobRoot
+from runner.journal import Journal
 from runner.settings import RunnerSettings
 
 
@@ -35,6 +36,7 @@ class JobContext:
     job: JobRoot
     run_id: str = field(default_factory=new_run_id)
     job_id: str = "unassigned"  # set by the pipeline once it holds the job root's lock
+    journal: Journal | None = None  # the runner's own record, opened with the lock
     _client: docker.DockerClient | None = field(default=None, repr=False)
 
     def docker(self) -> docker.DockerClient:

@@ -170,18 +170,23 @@ def remove_labelled(client: docker.DockerClient, labels: dict[str, str]) -> int:
 def sweep_strays(client: docker.DockerClient, *, job_id: str | None = None) -> tuple[int, int]:
     """Remove runner containers whose run is dead; returns (removed, kept).
 
-    With ``job_id``, every container of that job is a stray (the caller holds the
-    job root's lock, so no live run owns one). Without it, a container is a stray
-    only when its owner ran in this boot and this pid namespace and is gone;
-    containers of other sandboxes on the same daemon are kept. With ``RUNNER_SESSION``
-    set, only containers of that session are looked at.
+    With ``job_id``, a container of that job is a stray unless its owner is a live
+    process here (the caller holds the job root's lock, but a copied job root could
+    carry the same id: never take a live run's container). Without it, a container
+    is a stray only when its owner ran in this boot and this pid namespace and is
+    gone; containers of other sandboxes on the same daemon are kept. With
+    ``RUNNER_SESSION`` set, only containers of that session are looked at.
     """
     labels = {LABEL_MANAGED: "true", **({LABEL_JOB: job_id} if job_id else {}), **session_label()}
     here = current_owner()
     removed = kept = 0
     for container in _labelled(client, labels):
         owner = owner_of(container.labels or {})
-        dead = job_id is not None or (owner is not None and owner.same_place(here) and not owner.alive())
+        alive_here = owner is not None and owner.same_place(here) and owner.alive()
+        if job_id is not None:
+            dead = not alive_here
+        else:
+            dead = owner is not None and owner.same_place(here) and not owner.alive()
         if dead:
             _remove(container)
             removed += 1

@@ -15,7 +15,11 @@ import os
 import shutil
 from pathlib import Path
 
-from git import Repo
+from typing import Any
+
+from git import Git, Repo
+
+from runner.containment import die_with_parent_prefix
 
 BASELINE_MESSAGE = "agentissue-runner baseline: buggy source as extracted"
 BRANCH = "main"
@@ -45,6 +49,40 @@ _SAFE_CONFIG = {
 }
 
 
+# Lock files a git process holds while it writes; one left behind means that git died.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
+
+
+class _DyingGit(Git):
+    """Every git the runner starts dies with the runner (kill -9, OOM), never outlives it."""
+
+    def execute(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(command, (list, tuple)):
+            command = [*die_with_parent_prefix(), *command]
+        return super().execute(command, *args, **kwargs)
+
+
+class _Repo(Repo):
+    GitCommandWrapperType = _DyingGit
+
+
+def release_stale_git_locks(git_dir: Path) -> list[str]:
+    """Remove the locks a git of a dead run left in the baseline (the caller holds the job
+    root's lock, and the runner's git children die with it, so no git holds them)."""
+    removed = []
+    if not git_dir.is_dir() or git_dir.is_symlink():
+        return removed
+    candidates = [git_dir / name for name in _GIT_LOCKS]
+    refs = git_dir / "refs"
+    if refs.is_dir() and not refs.is_symlink():
+        candidates += [p for p in refs.glob("**/*.lock")]
+    for path in candidates:
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+            removed.append(path.name)
+    return removed
+
+
 def _configure(repo: Repo) -> None:
     with repo.config_writer() as config:
         for (section, option), value in _SAFE_CONFIG.items():
@@ -52,13 +90,13 @@ def _configure(repo: Repo) -> None:
 
 
 def open_baseline(git_dir: Path, work_tree: Path) -> Repo:
-    repo = Repo(git_dir)
+    repo = _Repo(git_dir)
     repo.git.update_environment(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(work_tree), **_ISOLATION)
     return repo
 
 
 def init_baseline(git_dir: Path, work_tree: Path) -> Repo:
-    Repo.init(git_dir, bare=True, initial_branch=BRANCH)
+    _Repo.init(git_dir, bare=True, initial_branch=BRANCH)
     repo = open_baseline(git_dir, work_tree)
     _configure(repo)
     with repo.config_writer() as config:
@@ -71,7 +109,7 @@ def give_agent_a_repository(baseline: Repo, git_dir: Path, work_tree: Path) -> N
     agent_git = work_tree / ".git"
     if agent_git.exists() or agent_git.is_symlink():
         shutil.rmtree(agent_git) if agent_git.is_dir() and not agent_git.is_symlink() else agent_git.unlink()
-    agent = Repo.init(agent_git, bare=True, initial_branch=BRANCH)
+    agent = _Repo.init(agent_git, bare=True, initial_branch=BRANCH)
     agent.git.update_environment(GIT_DIR=str(agent_git), GIT_WORK_TREE=str(work_tree), **_ISOLATION)
     _configure(agent)
     with agent.config_writer() as config:

@@ -7,8 +7,6 @@ paths only relative to the job root.
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,23 +39,6 @@ class JobRoot:
     @classmethod
     def at(cls, root: Path, tag: str) -> JobRoot:
         return cls(root=root.expanduser().resolve(), tag=tag)
-
-    def job_id(self) -> str:
-        """This job root's random, path-free id for labels and logs, made on first use.
-
-        Random rather than derived from the path: two sandboxes sharing one daemon may
-        use the same path, and must never take each other's containers for strays.
-        """
-        path = self.root / JOB_ID_FILE
-        try:
-            existing = path.read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            existing = ""
-        if re.fullmatch(r"[0-9a-f]{16}", existing):
-            return existing
-        job_id = uuid.uuid4().hex[:16]
-        path.write_text(job_id + "\n", encoding="ascii")
-        return job_id
 
     @property
     def prompt(self) -> Path:

@@ -1,7 +1,11 @@
 """The pipeline: the phases in order, a marker each, resume from ``ok`` markers, always reduce.
 
 Invariants:
-- a phase with an ``ok`` marker is skipped; the first failure stops the run and
+- a phase whose ``ok`` marker the runner's journal records (``runner.journal``,
+  outside the job root) is skipped; marker files are only its copies, and a patch
+  or an evaluation counts only while it is of the patch on disk (``_done``);
+- before any phase, an agent a dead run left is ended (``recover``);
+- the first failure stops the run and
   is recorded in that phase's marker; reduce then runs whatever happened, so
   every run that got past prepare ends with compact outputs naming the failure;
 - a refused prompt (prepare) writes nothing at all;
@@ -33,6 +37,11 @@ from runner.errors import (
     RunnerError,
 )
 from runner.atomic import open_private
+from runner.containment import end_agent
+from runner.context import sha256_file
+from runner.gitops import release_stale_git_locks
+from runner.journal import Journal, default_state_dir
+from runner.reaper import kill_descendants
 from runner.docker_utils import daemon_gone, sweep_strays
 from runner.lock import job_root_lock
 from runner.markers import PhaseClock, load_marker, write_marker
@@ -65,7 +74,7 @@ class RunOutcome:
 
 
 def _input(ctx: JobContext, phase: Phase, key: str) -> str:
-    marker = load_marker(ctx.job.markers, phase)
+    marker = ctx.journal.marker(phase) if ctx.journal is not None else load_marker(ctx.job.markers, phase)
     value = marker.details.get(key) if marker else None
     if not isinstance(value, str) or not value:
         raise PhaseError(phase.value, "missing_input", f"the {phase.value} marker lacks {key}; rerun that phase")
@@ -136,13 +145,17 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
         marker = clock.marker(ok=False, reason=e.reason)
     except KeyboardInterrupt as e:
         error = e
+        kill_descendants()  # the runner's own children (a `git add` half-way) end with the phase
         marker = clock.marker(ok=False, reason="interrupted")
     except DockerException as e:
         explanation = str(getattr(e, "explanation", "") or "")[:200]
         error = RunnerError(f"{phase.value}: Docker failed ({type(e).__name__}: {explanation})", reason="docker_error")
         marker = clock.marker(ok=False, reason="docker_error", details={"error_type": type(e).__name__})
     except GitError as e:
-        error = RunnerError(f"{phase.value}: git failed ({type(e).__name__})", reason="git_error")
+        _keep_traceback(ctx, e)  # git's own message (stderr) names paths: kept privately
+        error = RunnerError(
+            f"{phase.value}: git failed ({type(e).__name__}); the details are in logs/{ERROR_LOG}", reason="git_error"
+        )
         marker = clock.marker(ok=False, reason="git_error", details={"error_type": type(e).__name__})
     except OSError as e:
         if e.errno in UNWRITABLE_ERRNOS:
@@ -178,10 +191,13 @@ def execute(settings: RunnerSettings) -> RunOutcome:
         _check_same_task(job, settings)
         try:
             with job_root_lock(job.root):
-                ctx.job_id = job.job_id()
+                ctx.journal = Journal.open(settings.state_dir or default_state_dir(), job)
+                ctx.job_id = ctx.journal.job_id
                 with bound_contextvars(job_id=ctx.job_id):
+                    recover(ctx)
                     failure = _run_phases(ctx)
                 with bound_contextvars(phase=Phase.REDUCE.value):
+                    _sync_markers(ctx)
                     reduced = _reduce(job)
         except OSError as e:
             raise JobRootUnwritableError(e) from e
@@ -205,17 +221,69 @@ def _run_phases(ctx: JobContext) -> BaseException | None:
         _sweep_own_strays(ctx)
         for phase in STEPS:
             with bound_contextvars(phase=phase.value):
-                existing = load_marker(job.markers, phase) if job.markers.exists() else None
-                if existing is not None and existing.ok:
-                    log.info("phase_skipped", reason="ok marker from an earlier run")
+                if _done(ctx, phase):
+                    log.info("phase_skipped", reason="ok in the runner's journal from an earlier run")
                     continue
                 marker, failure = _run_phase(ctx, phase)
                 write_marker(job.markers, marker)
+                ctx.journal.record(marker)  # then the journal: a file no journal records is never trusted
                 if failure is not None:
                     return failure
     finally:
         ctx.close()
     return None
+
+
+def _done(ctx: JobContext, phase: Phase) -> bool:
+    """Is ``phase`` recorded ``ok`` in the journal, and does what it made still hold?
+
+    The patch must still be the file the patch phase wrote, and the evaluation must
+    be of that very patch; otherwise both are made again.
+    """
+    journal = ctx.journal
+    marker = journal.marker(phase)
+    if marker is None or not marker.ok:
+        return False
+    if phase is Phase.PATCH:
+        patch = ctx.job.patch
+        held = patch.is_file() and not patch.is_symlink() and sha256_file(patch) == marker.details.get("patch_sha256")
+        if not held:
+            log.warning("recorded_patch_not_on_disk", action="the patch is made again and evaluated again")
+            journal.forget(Phase.PATCH, Phase.EVALUATE)
+        return held
+    if phase is Phase.EVALUATE:
+        patched = journal.marker(Phase.PATCH)
+        if patched is None or marker.details.get("patch_sha256") != patched.details.get("patch_sha256"):
+            journal.forget(Phase.EVALUATE)
+            return False
+    return True
+
+
+def recover(ctx: JobContext) -> None:
+    """Before any phase: no agent of a dead run is alive, the runner's files are its own again.
+
+    Raises:
+        EnvironmentNotReadyError: a dead run's agent cannot be ended.
+    """
+    journal, job = ctx.journal, ctx.job
+    unwatched = journal.unwatched_agent()
+    if unwatched is not None:
+        if not end_agent(unwatched):
+            raise EnvironmentNotReadyError(
+                "the agent of a run that died is still running and cannot be killed; "
+                "end it (or reboot) before running this job root again",
+                reason="dead_runs_agent_alive",
+            )
+        log.warning("unwatched_agent_found", action="its processes are gone; codex runs again, nothing it wrote is trusted")
+        journal.agent_ended()
+    release_stale_git_locks(job.baseline_git_dir)
+    _sync_markers(ctx)
+
+
+def _sync_markers(ctx: JobContext) -> None:
+    replaced = ctx.journal.sync_files(ctx.job.markers, tuple(STEPS))
+    if replaced:
+        log.warning("untrusted_markers_replaced", count=len(replaced), first=replaced[0])
 
 
 def _reduce(job: JobRoot) -> ReduceResult:

@@ -86,6 +86,10 @@ class RunnerSettings(BaseSettings):
         OutputFormat.JSON, validation_alias=_env("output_format", "RUNNER_FORMAT")
     )
     job_root: Path | None = Field(None, validation_alias=_env("job_root", "JOB_ROOT"))
+    # Where the runner keeps its own record of each job root, outside every job root.
+    state_dir: Path | None = Field(None, validation_alias=_env("state_dir", "RUNNER_STATE_DIR"))
+    # An unprivileged user the agent runs as (the runner must be root): it can write only buggy-source/.
+    agent_user: str | None = Field(None, validation_alias=_env("agent_user", "RUNNER_AGENT_USER"))
 
     @field_validator("tag")
     @classmethod
@@ -115,6 +119,13 @@ class RunnerSettings(BaseSettings):
     def _job_root_is_plain(cls, value: Path | None) -> Path | None:
         if value is not None and (not SAFE_HOST_PATH.fullmatch(str(value)) or ".." in value.parts):
             raise ValueError("must be a path of letters, digits and '_ . @ + / ~ -', without '..' or spaces")
+        return value
+
+    @field_validator("agent_user")
+    @classmethod
+    def _agent_user_is_a_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", value):
+            raise ValueError("must be a user name (lower-case letters, digits, '_' or '-')")
         return value
 
     @field_validator("apply_cmd", "test_cmd")

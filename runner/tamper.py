@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from runner.atomic import write_bytes_atomic
+from runner.errors import PhaseError
 from runner.jobroot import BASELINE_GIT_DIR, BUGGY_SOURCE, LAST_MESSAGE
+from runner.trees import remove_tree, walk
 
 KEEP_LIMIT = 4 * 1024 * 1024
 # The agent's to write, or checked another way (the codex logs are its output, through
@@ -28,17 +29,29 @@ NOT_SNAPSHOTTED = frozenset({BUGGY_SOURCE, LAST_MESSAGE, ".runner.lock"})
 BASELINE_OBJECTS = (BASELINE_GIT_DIR, "objects")
 
 
+def _not_snapshotted(relative: str) -> bool:
+    parts = tuple(relative.split("/", 2)[:2])
+    return parts[0] in NOT_SNAPSHOTTED or parts == BASELINE_OBJECTS
+
+
 def _runner_files(root: Path, skip: frozenset[str]) -> list[Path]:
-    found = []
-    for path in root.rglob("*"):
-        relative = path.relative_to(root)
-        if relative.parts[0] in NOT_SNAPSHOTTED or relative.parts[:2] == BASELINE_OBJECTS:
-            continue
-        if relative.as_posix() in skip:
-            continue
-        if path.is_symlink() or not path.is_dir():
-            found.append(path)
-    return found
+    return [
+        root / relative
+        for relative, entry in walk(root, prune=_not_snapshotted)
+        if relative not in skip and not entry.is_dir(follow_symlinks=False)
+    ]
+
+
+class TamperCheckError(PhaseError):
+    """The check itself failed: what the agent did cannot be verified, so the attempt is not trusted."""
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        super().__init__(
+            "codex",
+            "tamper_check_failed",
+            f"the runner's files could not be verified {step} codex ({type(error).__name__}); "
+            "the attempt is not trusted",
+        )
 
 
 @dataclass
@@ -50,7 +63,18 @@ class RunnerFilesSnapshot:
 
     @classmethod
     def capture(cls, root: Path, *, skip: frozenset[str] = frozenset()) -> RunnerFilesSnapshot:
-        """``skip``: relative paths (the codex logs) that the caller verifies itself."""
+        """``skip``: relative paths (the codex logs) that the caller verifies itself.
+
+        Raises:
+            TamperCheckError: the snapshot cannot be taken (any error: fails closed).
+        """
+        try:
+            return cls._capture(root, skip)
+        except Exception as e:
+            raise TamperCheckError("before", e) from e
+
+    @classmethod
+    def _capture(cls, root: Path, skip: frozenset[str]) -> RunnerFilesSnapshot:
         hashes: dict[str, str] = {}
         contents: dict[str, bytes] = {}
         for path in _runner_files(root, skip):
@@ -62,18 +86,28 @@ class RunnerFilesSnapshot:
         return cls(root=root, hashes=hashes, contents=contents, skip=skip)
 
     def restore(self) -> list[str]:
-        """Put back what changed or vanished, remove what appeared; the paths touched, sorted."""
+        """Put back what changed or vanished, remove what appeared; the paths touched, sorted.
+
+        Raises:
+            TamperCheckError: the check could not be completed (any error: fails closed).
+        """
+        try:
+            return self._restore()
+        except Exception as e:
+            raise TamperCheckError("after", e) from e
+
+    def _restore(self) -> list[str]:
         touched: list[str] = []
         now = {path.relative_to(self.root).as_posix(): path for path in _runner_files(self.root, self.skip)}
         for relative, path in now.items():
             if relative not in self.hashes:
-                path.unlink()
+                path.unlink(missing_ok=True)
                 touched.append(relative)
         for relative, digest in self.hashes.items():
             path = self.root / relative
             if path.is_symlink() or not path.is_file():
                 if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
+                    remove_tree(path)
                 else:
                     path.unlink(missing_ok=True)
             elif hashlib.sha256(path.read_bytes()).hexdigest() == digest:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 import uuid
 from collections.abc import Iterator
@@ -31,6 +33,32 @@ TEST_SESSION = f"pytest-{SESSION}"
 os.environ["RUNNER_SESSION"] = TEST_SESSION
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+# The runner's journals (its own record of each job root) go to a directory of this session.
+STATE_DIR = Path(tempfile.mkdtemp(prefix=f"runner-state-{SESSION}-"))
+os.environ["RUNNER_STATE_DIR"] = str(STATE_DIR)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(STATE_DIR, ignore_errors=True)
+
+
+def processes_in(tree: Path) -> list[int]:
+    """Live processes whose working directory is ``tree`` or below it: the agent's, in a test."""
+    found = []
+    prefix = str(tree.resolve())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if cwd == prefix or cwd.startswith(prefix + "/"):
+            found.append(int(entry))
+    return found
 
 
 def _docker_problem() -> str | None:
@@ -267,19 +295,58 @@ class RunningCli:
         return self.process.returncode, stdout, "".join(self.lines)
 
 
-def wait_dead(pid: int, seconds: float = 10) -> bool:
-    """Has ``pid`` ended (a zombie counts as ended) within ``seconds``?"""
+def agent_gone(tree: Path, seconds: float = 10) -> bool:
+    """Has every process working in ``tree`` ended within ``seconds``? (An agent in a PID
+    namespace of its own writes pids that mean nothing outside it, so its pids are not used.)"""
     import time
 
-    def alive() -> bool:
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat") as stat:
-                return stat.read().split(")")[-1].split()[0] != "Z"
-        except (ProcessLookupError, FileNotFoundError):
-            return False
-
     deadline = time.monotonic() + seconds
-    while alive() and time.monotonic() < deadline:
+    while processes_in(tree) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not alive()
+    return not processes_in(tree)
+
+
+def snapshot_outside(tmp_path: Path, *jobs: Path) -> dict[str, float]:
+    """Every path under tmp_path but outside the given job roots, with its mtime (no recursion limit)."""
+    from runner.trees import walk
+
+    skipped = {str(job.resolve()) for job in jobs}
+    return {
+        relative: entry.stat(follow_symlinks=False).st_mtime
+        for relative, entry in walk(tmp_path, prune=lambda relative: str(tmp_path.resolve() / relative) in skipped)
+    }
+
+
+def git_processes_of(job: Path) -> list[int]:
+    """Live git processes working on ``job``'s baseline (found by their GIT_DIR)."""
+    wanted = f"GIT_DIR={job.resolve() / '.baseline.git'}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if wanted not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
+
+
+def remove_deep_chain(top: Path, name: str = "d") -> None:
+    """Remove a chain ``top/d/d/d/...`` of any depth (deeper than a path can name) with short
+    paths only: each level is lifted up beside ``top`` before the one above it is removed."""
+    from runner.trees import remove_tree
+
+    parent = top.parent
+    while top.exists():
+        lifted = parent / f".{top.name}.lifted"
+        if (top / name).is_dir() and not (top / name).is_symlink():
+            os.rename(top / name, lifted)
+        remove_tree(top)
+        if lifted.exists():
+            os.rename(lifted, top)

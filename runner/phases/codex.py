@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ import structlog
 from reducers.models import Phase
 from runner.atomic import open_private
 from runner.codex_usage import usage_from_events
+from runner.containment import AgentNotContainedError, agent_process, hand_over, resolve_agent_user
 from runner.reaper import become_subreaper, kill_descendants
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
@@ -88,6 +90,15 @@ def _kill_group(pgid: int) -> None:
         pass  # the group is already gone
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory itself, never through a link; None if not a directory."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
+
+
 def codex(ctx: JobContext) -> CodexResult:
     """Raises: CodexNotFoundError; PhaseError on a non-zero exit or the deadline."""
     settings, job = ctx.settings, ctx.job
@@ -100,32 +111,42 @@ def codex(ctx: JobContext) -> CodexResult:
     job.last_message.unlink(missing_ok=True)
     argv = codex_argv(codex_path, job.buggy_source, job.last_message)
     own_logs = frozenset(job.relative(path) for path in (stdout_path, stderr_path))
+    if _identity(job.buggy_source) is None:
+        raise PhaseError("codex", "codex_replaced_source",
+                         "buggy-source/ is not a directory (a link, or gone); move it aside and start over")
+    agent = resolve_agent_user(settings.agent_user)
+    if agent is not None:
+        hand_over(job.buggy_source, agent)  # its tree, and nothing else of the job root
+        with open_private(job.last_message):  # codex writes its last message there, and nowhere else
+            os.chown(job.last_message, agent.uid, agent.gid)
+    source_before = _identity(job.buggy_source)  # the very directory, to find it replaced afterwards
     snapshot = RunnerFilesSnapshot.capture(job.root, skip=own_logs)
     become_subreaper()  # orphans of the agent's commands come to the runner, to be killed
     started = time.monotonic()
     timed_out = False
     with job.prompt.open("rb") as prompt_file, open_private(stdout_path) as out, open_private(stderr_path) as err:
-        child = subprocess.Popen(
-            argv,
-            stdin=prompt_file,  # a file, not a pipe: the deadline runs from the start, whatever codex reads
-            stdout=out,
-            stderr=err,
-            cwd=job.buggy_source,
-            env=child_environment(os.environ),
-            start_new_session=True,
-        )
-        log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout)
         try:
-            try:
-                exit_code = child.wait(timeout=settings.codex_timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(child.pid)
-                exit_code = child.wait()
+            with agent_process(
+                argv,
+                journal=ctx.journal,
+                run_id=ctx.run_id,
+                agent=agent,
+                stdin=prompt_file,  # a file, not a pipe: the deadline runs from the start, whatever codex reads
+                stdout=out,
+                stderr=err,
+                cwd=job.buggy_source,
+                env=child_environment(os.environ),
+            ) as child:
+                log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout)
+                try:
+                    exit_code = child.wait(timeout=settings.codex_timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _kill_group(child.pid)
+                    exit_code = child.wait()
+        except AgentNotContainedError as e:
+            raise PhaseError("codex", "agent_not_contained", f"{e}; the attempt is not trusted") from e
         finally:
-            _kill_group(child.pid)  # grandchildren outlive their parent otherwise
-            if child.poll() is None:
-                child.wait()
             stragglers = kill_descendants()  # the agent's commands, in groups of their own
             if stragglers:
                 log.warning("codex_stragglers_killed", count=stragglers)
@@ -134,6 +155,16 @@ def codex(ctx: JobContext) -> CodexResult:
                 if not same_file(handle, path):
                     tampered.append(job.relative(path))
                     path.unlink(missing_ok=True)  # no longer the runner's log: never read it
+    if ctx.journal is not None:
+        ctx.journal.agent_ended()  # every process of it is gone (the tamper check ran)
+    if _identity(job.buggy_source) != source_before:
+        raise PhaseError(
+            "codex",
+            "codex_replaced_source",
+            "buggy-source/ is no longer the directory the agent was given (replaced, or a link); "
+            "the attempt is not trusted and no patch is taken from it",
+            exit_code=exit_code,
+        )
     if tampered:
         raise PhaseError(
             "codex",

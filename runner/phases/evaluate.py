@@ -72,6 +72,7 @@ class EvaluateResult(PhaseResult):
     verdicts_disagree: bool = False
     apply_log_sha256: str = ""
     test_log_sha256: str = ""
+    patch_sha256: str = ""  # the patch this verdict belongs to: a resume re-evaluates any other
 
 
 def _patch_archive(patch: Path) -> bytes:
@@ -160,6 +161,7 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
             log_config=NO_LOG_DRIVER,
         ) as container,
     ):
+        patch_sha256 = sha256_file(job.patch)  # only the runner writes Patches/ once codex has ended
         container.put_archive("/", _patch_archive(job.patch))
         splitter = OutputSplitter(nonce, apply_sink, test_sink)
         with pumping_output(container, splitter.feed):
@@ -187,4 +189,5 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         verdicts_disagree=by_strings != resolved,
         apply_log_sha256=sha256_file(apply_log),
         test_log_sha256=sha256_file(test_log),
+        patch_sha256=patch_sha256,
     )

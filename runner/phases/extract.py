@@ -8,7 +8,6 @@ lands in a scratch directory first and is renamed into place only when whole.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +24,11 @@ from runner.docker_utils import (
     managed_container,
 )
 from runner.errors import BadInputError, PhaseError, SourceDirMissingError
+from runner.faults import crash_point
 from runner.jobroot import BUGGY_SOURCE
 from runner.safe_extract import extract_tree
 from runner.settings import SAFE_CONTAINER_PATH
+from runner.trees import remove_tree
 
 log = structlog.get_logger(__name__)
 
@@ -61,12 +62,16 @@ def extract(ctx: JobContext) -> ExtractResult:
     """Raises: BadInputError, EnvironmentNotReadyError (source dir missing), PhaseError (empty tree)."""
     settings, job = ctx.settings, ctx.job
     target = job.buggy_source
+    if ctx.journal is not None and ctx.journal.extraction_was_placing():
+        # A run died between placing its tree and recording it: the tree is the runner's own.
+        log.warning("unrecorded_extraction_removed", action="extracting again")
+        remove_tree(target)
     _refuse_occupied(target)
     client = ctx.docker()
     image = ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull)
     image_id, digest = image_identity(image)
     for stale in job.root.glob(f"{SCRATCH_PREFIX}*"):
-        shutil.rmtree(stale)  # left by a run that died mid-extraction
+        remove_tree(stale)  # left by a run that died mid-extraction
     scratch = job.root / f"{SCRATCH_PREFIX}-{ctx.run_id}"
     try:
         with managed_container(
@@ -90,11 +95,14 @@ def extract(ctx: JobContext) -> ExtractResult:
         if stats.files == 0:
             raise PhaseError("extract", "empty_source", "the image's buggy-source directory holds no files")
         if target.exists():
-            shutil.rmtree(target)  # only placeholders, checked above
+            remove_tree(target)  # only placeholders, checked above
+        if ctx.journal is not None:
+            ctx.journal.extract_placing(ctx.run_id)
         scratch.rename(target)
+        crash_point("extract-placed")
     finally:
         if scratch.exists():
-            shutil.rmtree(scratch)
+            remove_tree(scratch)
     return ExtractResult(
         image_id=image_id,
         image_digest=digest,
