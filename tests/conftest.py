@@ -350,3 +350,21 @@ def remove_deep_chain(top: Path, name: str = "d") -> None:
         remove_tree(top)
         if lifted.exists():
             os.rename(lifted, top)
+
+
+def wait_dead(pid: int, seconds: float = 10) -> bool:
+    """Has ``pid`` ended (a zombie counts as ended) within ``seconds``?"""
+    import time
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().split(")")[-1].split()[0] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+
+    deadline = time.monotonic() + seconds
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive()
