@@ -17,6 +17,7 @@ from runner.atomic import write_bytes_atomic
 from runner.context import JobContext, PhaseResult
 from runner.errors import PhaseError
 from runner.gitops import open_baseline
+from runner import hygiene
 
 DIFF_OPTIONS = (
     "--binary",
@@ -41,6 +42,7 @@ class PatchResult(PhaseResult):
     hunk_count: int = 0
     binary_change_count: int = 0
     sensitive_file_count: int = 0
+    artifact_files_left_out: int = 0
 
 
 # Files through which a patch could sway a test without fixing anything: tests themselves and
@@ -82,9 +84,18 @@ def _summary(text: bytes) -> dict[str, int]:
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     """Raises: PhaseError ``empty_patch`` when the tree equals the baseline."""
     repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
-    repo.git.add("--all")  # stage new files too; .gitignore decides what is left out
-    text = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, stdout_as_string=False, strip_newline_in_stdout=False)
+    extra = ctx.settings.patch_exclude
+    # stage new files too; .gitignore and the hygiene list (runner/hygiene.py) decide what is left out
+    repo.git.add("--all", "--", *hygiene.excluding(extra))
+    left_out = hygiene.left_out_count(repo, baseline_commit, extra)
+    text = repo.git.diff(
+        "--cached", *DIFF_OPTIONS, baseline_commit, "--", *hygiene.excluding(extra),
+        stdout_as_string=False, strip_newline_in_stdout=False,
+    )
     if not text:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
     write_bytes_atomic(ctx.job.patch, text, mode=0o600)
-    return PatchResult(patch_sha256=hashlib.sha256(text).hexdigest(), patch_bytes=len(text), **_summary(text))
+    return PatchResult(
+        patch_sha256=hashlib.sha256(text).hexdigest(), patch_bytes=len(text), artifact_files_left_out=left_out,
+        **_summary(text),
+    )
