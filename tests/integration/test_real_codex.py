@@ -240,3 +240,59 @@ def test_without_the_guards_the_agent_reaches_tmp_and_the_key(real_codex: Path, 
         assert probe.exists() and KEY_VALUE in (work / "envdump.txt").read_text()
     finally:
         probe.unlink(missing_ok=True)
+
+
+def _canary(real_codex: Path, base: str, codex_bin: Path | None = None) -> tuple[int, dict]:
+    done = run_cli("--precheck", "--canary", f"--canary-base-image={base}", "--codex-bin", str(codex_bin or real_codex),
+                   timeout=900)
+    assert done.stdout, done.stderr[-2000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.fixture
+def canary_base(docker_client) -> Iterator[str]:
+    """The base the canary builds on; the canary's stub images made during the test are removed after."""
+    from tests.conftest import _base_image
+
+    before = {tag for image in docker_client.images.list("agentissue-runner-stub") for tag in image.tags}
+    yield _base_image(docker_client)
+    for image in docker_client.images.list("agentissue-runner-stub"):
+        for tag in set(image.tags) - before:
+            if ":canary-" in tag:
+                docker_client.images.remove(tag, noprune=False)
+
+
+def test_the_canary_is_healthy_on_this_host(real_codex: Path, canary_base: str) -> None:
+    leftovers = set(Path("/tmp").glob("runner-canary-*"))
+    code, report = _canary(real_codex, canary_base)
+    assert code == 0, report
+    assert report["healthy"] is True and report["terminal_state"] == "resolved"
+    names = [check["name"] for check in report["checks"]]
+    assert {"canary_resolved", "guard_job_root_not_writable", "guard_tmp_not_writable", "guard_provider_key_hidden",
+            "guard_secrets_hidden", "guard_private_home"} <= set(names)
+    assert all(check["ok"] for check in report["checks"])
+    assert set(Path("/tmp").glob("runner-canary-*")) == leftovers  # its scratch job root is gone
+
+
+def test_the_canary_fails_when_codex_runs_without_the_guards(real_codex: Path, canary_base: str, tmp_path: Path) -> None:
+    """A codex wrapper that drops every ``-c``: the agent then writes /tmp and the job root, and sees the key."""
+    wrapper = tmp_path / "codex-without-guards"
+    wrapper.write_text(
+        "#!/usr/bin/env python3\nimport os, sys\nargs, out = sys.argv[1:], []\nwhile args:\n"
+        "    a = args.pop(0)\n    if a == '-c':\n        args.pop(0)\n        continue\n    out.append(a)\n"
+        f"os.execv({str(real_codex)!r}, [{str(real_codex)!r}, *out])\n"
+    )
+    wrapper.chmod(0o755)
+    code, report = _canary(real_codex, canary_base, codex_bin=wrapper)
+    assert code == 3 and report["healthy"] is False
+    failed = {check["name"] for check in report["checks"] if not check["ok"]}
+    # (HOME is the runner's environment, not a -c override: that guard still holds)
+    assert {"canary_resolved", "guard_job_root_not_writable", "guard_tmp_not_writable",
+            "guard_provider_key_hidden", "guard_secrets_hidden"} <= failed
+
+
+def test_the_canary_names_a_missing_base_image(real_codex: Path, canary_base: str) -> None:
+    code, report = _canary(real_codex, "runner-no-such-base:none")
+    assert code == 3 and report["healthy"] is False
+    failed = [check for check in report["checks"] if not check["ok"]]
+    assert failed[0]["name"] == "canary_base_image_missing" and "--canary-base-image" in failed[0]["detail"]
