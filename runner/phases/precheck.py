@@ -108,23 +108,22 @@ def codex_login(settings: RunnerSettings) -> Check:
         state = "is set" if ok else "is not set"
         return Check(
             name="codex_login", ok=ok,
-            detail=f"the provider key variable {provider.env_key} {state} (provider {provider.name[:40]!r})",
+            detail=f"the provider key variable {provider.env_key} {state} "
+            f"(provider {_VERSION_TEXT.sub('', provider.name)[:40]})",
         )
     path = shutil.which(settings.codex_bin)
     if path is None:
         return Check(name="codex_login", ok=False, detail="not checked: codex is missing")
-    logged_in = False
-    if path is not None:
-        environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
-        try:
-            done = subprocess.run(
-                [path, *(["--profile", settings.codex_profile] if settings.codex_profile else []),
-                 *[arg for item in settings.codex_config for arg in ("-c", item)], "login", "status"],
-                capture_output=True, timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env=environment,
-            )
-            logged_in = done.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            logged_in = False
+    environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
+    try:
+        done = subprocess.run(
+            # no --profile: codex 0.171.0 takes it for runtime commands only, not `login`
+            [path, *[arg for item in settings.codex_config for arg in ("-c", item)], "login", "status"],
+            capture_output=True, timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env=environment,
+        )
+        logged_in = done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        logged_in = False
     if logged_in:
         return Check(name="codex_login", ok=True, detail="codex login status: logged in")
     variable = next((name for name in OPENAI_KEY_VARIABLES if os.environ.get(name)), None)
