@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,10 +87,14 @@ def child_environment(
     environ: Mapping[str, str], *, provider_key: str | None = None, home: Path | None = None,
     codex_home: Path | None = None,
 ) -> dict[str, str]:
-    """The allowlist, the active provider's key variable, and HOME/CODEX_HOME when given."""
+    """The allowlist, the active provider's key variable, and HOME/CODEX_HOME when given.
+
+    With a HOME given and no CODEX_HOME, codex uses (and makes) one under that HOME.
+    """
     env = {k: v for k, v in environ.items() if k in ENV_ALLOWLIST or k.startswith("LC_") or k == provider_key}
     if home is not None:
         env["HOME"] = str(home)
+        env.pop("CODEX_HOME", None)
     if codex_home is not None:
         env["CODEX_HOME"] = str(codex_home)
     return env
