@@ -155,18 +155,22 @@ def test_a_model_that_hangs_past_the_deadline_is_a_codex_timeout(run_scripted) -
     assert done.run["infra_failure"] is False and done.run["codex"]["timed_out"] is True
 
 
-def test_the_agent_cannot_write_the_job_root_through_tmp_and_the_attempt_stands(run_scripted) -> None:
+def test_the_agent_cannot_write_the_job_root_through_tmp_and_the_attempt_stands(run_scripted, tmp_path: Path) -> None:
     probe = Path("/tmp") / f"runner-test-probe-{secrets.token_hex(6)}"
+    tmpdir = tmp_path / "operator-tmpdir"  # a $TMPDIR of its own, outside the job root
+    tmpdir.mkdir()
 
     def script(job: Path) -> list:
         attack = (
             f"echo forged > {job}/result-markers/extract.json; echo forged > {job}/logs/evil.txt; "
-            f"echo forged > {probe}; echo forged > \"${{TMPDIR:-/tmp}}/runner-tmpdir-probe-{probe.name}\"; "
+            f'echo forged > {probe}; echo forged > "$TMPDIR/probe"; echo forged > {tmpdir}/probe2; '
             "echo ATTACK-DONE"
         )
         return [turn(fix_call()), turn(exec_call(attack)), turn(message("fixed"))]
 
-    done = run_scripted(script)
+    done = run_scripted(script, env={"TMPDIR": str(tmpdir)})
+    # (codex itself, not the agent, leaves its bubblewrap mount targets there)
+    assert not (tmpdir / "probe").exists() and not (tmpdir / "probe2").exists()
     assert str(done.job).startswith("/tmp/"), "the job root must lie under /tmp for this test to mean anything"
     assert done.exit_code == 0, done.stderr[-2000:]
     assert done.result["terminal_state"] == "resolved"
@@ -227,17 +231,20 @@ def test_without_the_guards_the_agent_reaches_tmp_and_the_key(real_codex: Path, 
     work = tmp_path / "work"
     work.mkdir()
     subprocess.run(["git", "init", "-q", str(work)], check=True)
-    script = [turn(exec_call(f"echo x > {probe}; env > envdump.txt")), turn(message("done"))]
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    script = [turn(exec_call(f'echo x > {probe}; echo y > "$TMPDIR/control"; env > envdump.txt')), turn(message("done"))]
     with ScriptedModel(script) as model:
         home = write_codex_home(tmp_path / "codex-home", model.base_url)
         done = subprocess.run(
             [str(real_codex), "exec", "--json", "--ephemeral", "--sandbox", "workspace-write", "--cd", str(work), "-"],
             input=b"go", capture_output=True, timeout=120,
-            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(home), KEY_VARIABLE: KEY_VALUE},
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(home), KEY_VARIABLE: KEY_VALUE,
+                 "TMPDIR": str(tmpdir)},
         )
     try:
         assert done.returncode == 0, done.stderr[-2000:]
-        assert probe.exists() and KEY_VALUE in (work / "envdump.txt").read_text()
+        assert probe.exists() and (tmpdir / "control").exists() and KEY_VALUE in (work / "envdump.txt").read_text()
     finally:
         probe.unlink(missing_ok=True)
 
