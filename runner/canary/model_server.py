@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,3 @@ def apply_patch_command(patch_body: str) -> str:
     """An ``apply_patch`` heredoc, which codex applies as a file change when sent through exec_command."""
     return f"apply_patch <<'PATCH'\n*** Begin Patch\n{patch_body}*** End Patch\nPATCH"
 
-
-def lines(text: Iterable[str]) -> str:
-    return "".join(f"{line}\n" for line in text)
