@@ -65,6 +65,9 @@ class Metrics(_Frozen):
     cache_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0
+    # beside the reference's names: codex's newer usage fields, summed over every turn
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 class Trial(_Frozen):
@@ -114,6 +117,11 @@ class Codex(_Frozen):
     exit_code: int | None
     timed_out: bool
     last_message_present: bool
+    model: str | None = None
+    overrides_sha256: str | None = None
+    turns: int = 0
+    failed_turns: int = 0
+    model_error: str | None = None
 
 
 class BenchmarkRun(_Frozen):
@@ -144,6 +152,8 @@ class BenchmarkRun(_Frozen):
     hunk_count: int
     binary_change_count: int
     sensitive_file_count: int
+    artifact_files_left_out: int = 0
+    infra_failure: bool = False
     patched_exit_code: int | None
     apply_exit_code: int | None
     official_task_score: OfficialScore
@@ -176,6 +186,7 @@ class BenchmarkResult(_Frozen):
     patch_bytes: int
     changed_file_count: int
     forbidden_access_count: int = 0
+    infra_failure: bool = False
 
 
 def _detail(markers: dict[Phase, Marker], phase: Phase, key: str, default: Any = None) -> Any:
@@ -219,6 +230,16 @@ def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _infra_failure(markers: dict[Phase, Marker]) -> bool:
+    """The model provider failed (error, broken or idle stream, missing key): not the agent's doing."""
+    marker = markers.get(Phase.CODEX)
+    return bool(marker and not marker.ok and marker.reason == "codex_model_error")
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Markers to (benchmark_run_v0, benchmark_result_v0) documents.
 
@@ -240,6 +261,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
     extract_image = _detail(markers, Phase.EXTRACT, "image_id")
     eval_image = _detail(markers, Phase.EVALUATE, "image_id")
     patch_bytes = _int(_detail(markers, Phase.PATCH, "patch_bytes"))
+    infra_failure = _infra_failure(markers)
 
     run = BenchmarkRun(
         job_name=f"agentissue_{tag}_codex_cli_runner",
@@ -258,6 +280,8 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
         hunk_count=_int(_detail(markers, Phase.PATCH, "hunk_count")),
         binary_change_count=_int(_detail(markers, Phase.PATCH, "binary_change_count")),
         sensitive_file_count=_int(_detail(markers, Phase.PATCH, "sensitive_file_count")),
+        artifact_files_left_out=_int(_detail(markers, Phase.PATCH, "artifact_files_left_out")),
+        infra_failure=infra_failure,
         patched_exit_code=test_exit,
         apply_exit_code=apply_exit,
         official_task_score=score,
@@ -277,6 +301,11 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             exit_code=markers[Phase.CODEX].exit_code if Phase.CODEX in markers else None,
             timed_out=bool(_detail(markers, Phase.CODEX, "timed_out", False)),
             last_message_present=bool(_detail(markers, Phase.CODEX, "last_message_present", False)),
+            model=_opt_str(_detail(markers, Phase.CODEX, "model")),
+            overrides_sha256=_opt_str(_detail(markers, Phase.CODEX, "codex_overrides_sha256")),
+            turns=_int(_detail(markers, Phase.CODEX, "turns")),
+            failed_turns=_int(_detail(markers, Phase.CODEX, "failed_turns")),
+            model_error=_opt_str(_detail(markers, Phase.CODEX, "model_error")),
         ),
         phase_status={p.value: markers[p].status.value for p in TIMED_PHASES if p in markers},
         phase_durations_seconds={p.value: markers[p].duration_seconds for p in TIMED_PHASES if p in markers},
@@ -294,6 +323,8 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             input_tokens=_int(_detail(markers, Phase.CODEX, "input_tokens")),
             cache_tokens=_int(_detail(markers, Phase.CODEX, "cached_input_tokens")),
             output_tokens=_int(_detail(markers, Phase.CODEX, "output_tokens")),
+            cache_write_tokens=_int(_detail(markers, Phase.CODEX, "cache_write_input_tokens")),
+            reasoning_tokens=_int(_detail(markers, Phase.CODEX, "reasoning_output_tokens")),
         ),
         trials=[
             Trial(
@@ -325,6 +356,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
         patch_sha256=run.patch_sha256,
         patch_bytes=run.patch_bytes,
         changed_file_count=run.changed_file_count,
+        infra_failure=infra_failure,
     )
     return run.model_dump(mode="json"), result.model_dump(mode="json")
 
@@ -384,6 +416,8 @@ def reduce_real_result(run_doc: Any, result_doc: Any) -> dict[str, Any]:
             "hunk_count": run.hunk_count,
             "binary_change_count": run.binary_change_count,
             "sensitive_file_count": run.sensitive_file_count,
+            "artifact_files_left_out": run.artifact_files_left_out,
+            "infra_failure": run.infra_failure,
             "patched_exit_code": run.patched_exit_code,
             "apply_exit_code": run.apply_exit_code,
             "baseline_exit_code": None,  # the buggy tree's own test is not run (it would show the oracle nothing new)

@@ -110,6 +110,14 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
     ]
     if image:
         argv.append(f"--image={image}")
+    if settings.model:
+        argv.append(f"--model={settings.model}")
+    if settings.codex_profile:
+        argv.append(f"--codex-profile={settings.codex_profile}")
+    if settings.codex_home:
+        argv.append(f"--codex-home={settings.codex_home}")
+    argv += [f"--codex-config={item}" for item in settings.codex_config]
+    argv += [f"--patch-exclude={item}" for item in settings.patch_exclude]
     if settings.allow_pull:
         argv.append("--allow-pull")
     if settings.state_dir is not None:

@@ -72,6 +72,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
     parser.add_argument("--state-dir", type=Path, help="the runner's own records, outside every job root (env RUNNER_STATE_DIR)")
     parser.add_argument("--agent-user", help="run the agent as this unprivileged user; needs root (env RUNNER_AGENT_USER)")
+    parser.add_argument("--model", help="the model codex uses (env RUNNER_MODEL; default: codex's config)")
+    parser.add_argument("--codex-profile", help="codex profile, layered on its config (env RUNNER_CODEX_PROFILE)")
+    parser.add_argument(
+        "--codex-config", action="append", metavar="KEY=VALUE",
+        help="a codex -c override (repeatable; a dotted key, one line; the runner's guards cannot be overridden)",
+    )
+    parser.add_argument("--codex-home", type=Path, help="codex's config and login (default: env CODEX_HOME, else ~/.codex)")
+    parser.add_argument(
+        "--patch-exclude", action="append", metavar="PATTERN",
+        help="leave paths matching this glob out of the patch, beside the built-in artefact list (repeatable)",
+    )
+    parser.add_argument(
+        "--canary", action="store_true",
+        help="with --precheck: run the whole pipeline on the stub task with the real codex and a built-in scripted model",
+    )
+    parser.add_argument(
+        "--canary-base-image", metavar="IMAGE",
+        help="base of the stub image the canary builds when missing (default debian:bookworm-slim; needs bash, git, python3, patch)",
+    )
     parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
     return parser
 
@@ -113,8 +132,12 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
         for key in (
             "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
             "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format", "state_dir", "agent_user",
+            "model", "codex_profile", "codex_home", "canary_base_image",
         )
     }
+    for key in ("codex_config", "patch_exclude"):
+        values = getattr(args, key)
+        flags[key] = tuple(values) if values else None
     single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not _is_batch(args) else None
     if _is_batch(args):
         # A batch takes its tags and image from flags only (README); TAG and IMAGE are not read,
@@ -226,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings_from(args)
         output_format = settings.output_format
         mode = _mode(args, settings)
-        if _is_batch(args):
+        if args.canary:
+            if mode != "precheck" or _is_batch(args):
+                raise BadInputError("--canary goes with --precheck (one host check, not a task run)")
+            from runner.canary.run import run_canary
+
+            report, code = run_canary(settings)
+        elif _is_batch(args):
             report, code = _batch(args, settings)
         elif mode == "plan":
             report, code = build_plan(settings), ExitCode.COMPLETED

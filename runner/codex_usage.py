@@ -1,7 +1,14 @@
-"""Token usage from ``codex exec --json`` output: the JSONL events' ``turn.completed.usage``.
+"""Token usage and the failure class from ``codex exec --json`` output (JSONL events).
 
 Read line by line from the private stdout log, never whole; a line longer than
-``MAX_LINE`` (a flood, not an event) is skipped. Only the counts leave here.
+``MAX_LINE`` (a flood, not an event) is skipped. Only counts and a short error
+class leave here, never an event's text.
+
+Usage is summed over every turn event that carries it, failed turns included
+(codex-cli 0.171.0 puts ``usage`` on ``turn.completed`` only; a ``usage`` on
+``turn.failed`` is counted too, should a version send it). A ``turn.failed`` or a
+top-level ``error`` event means the model's side failed: the provider answered
+with an error, the stream broke or idled, or the key was missing.
 """
 
 from __future__ import annotations
@@ -13,20 +20,43 @@ from pathlib import Path
 MAX_LINE = 1 << 20
 # No real turn spends a trillion tokens: a larger count is noise (or an attack), not usage.
 MAX_TOKENS = 10**12
+USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
+                "reasoning_output_tokens")
+# The error message's tell-tale, first match wins, to a public class (messages are never kept).
+_ERROR_CLASSES = (
+    ("missing environment variable", "missing_key"),
+    ("idle timeout", "stream_idle_timeout"),
+    ("stream disconnected", "stream_disconnected"),
+    ("stream closed", "stream_disconnected"),
+    ("unauthorized", "auth_refused"),
+    ("401", "auth_refused"),
+    ("quota", "quota_or_rate_limit"),
+    ("rate limit", "quota_or_rate_limit"),
+    ("429", "quota_or_rate_limit"),
+)
 
 
 @dataclass(frozen=True)
 class CodexUsage:
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_output_tokens: int = 0
     turns: int = 0
+    failed_turns: int = 0
+    model_error: str | None = None  # a class from _ERROR_CLASSES, or "provider_error"
 
 
 def _count(usage: dict, key: str) -> int:
     value = usage.get(key, 0)
     plausible = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
     return value if plausible else 0
+
+
+def error_class(message: object) -> str:
+    text = message.lower() if isinstance(message, str) else ""
+    return next((label for tell, label in _ERROR_CLASSES if tell in text), "provider_error")
 
 
 def _lines(path: Path):
@@ -42,24 +72,40 @@ def _lines(path: Path):
             yield line
 
 
+def _message(event: dict) -> object:
+    error = event.get("error")
+    return error.get("message") if isinstance(error, dict) else event.get("message")
+
+
 def usage_from_events(path: Path) -> CodexUsage:
-    """Sum the usage of every ``turn.completed`` event; other lines are ignored."""
-    totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
-    turns = 0
+    """Sum the usage of every turn event; classify the last model failure; other lines are ignored."""
+    totals = dict.fromkeys(USAGE_FIELDS, 0)
+    turns = failed = 0
+    model_error: str | None = None
     if not path.exists():
         return CodexUsage()
     for line in _lines(path):
-        if b'"turn.completed"' not in line:
+        if b'"turn.' not in line and b'"error"' not in line:
             continue
         try:
             event = json.loads(line)
-        except ValueError:  # not JSON, not UTF-8, or a number of thousands of digits
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, a number of thousands of digits, too deep
             continue
-        if not isinstance(event, dict) or event.get("type") != "turn.completed":
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type")
+        if kind == "turn.completed":
+            turns += 1
+        elif kind == "turn.failed":
+            failed += 1
+            model_error = error_class(_message(event))
+        elif kind == "error":  # a stream-level error; the turn.failed after it names the same
+            model_error = model_error or error_class(_message(event))
+            continue
+        else:
             continue
         usage = event.get("usage")
         if isinstance(usage, dict):
-            turns += 1
             for key in totals:
-                totals[key] += _count(usage, key)
-    return CodexUsage(turns=turns, **totals)
+                totals[key] = min(totals[key] + _count(usage, key), MAX_TOKENS)
+    return CodexUsage(turns=turns, failed_turns=failed, model_error=model_error, **totals)

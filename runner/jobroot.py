@@ -25,6 +25,9 @@ PUBLIC_FILES = (BENCHMARK_RUN, BENCHMARK_RESULT, REAL_RESULT)
 # Text the reference's synthetic staging writes; a prompt still holding it was never replaced.
 SYNTHETIC_PROMPT_MARKER = "Prompt Placeholder"
 JOB_ID_FILE = ".runner-job-id"
+# codex's HOME: a private scratch directory, outside buggy-source/, remade for every codex run,
+# so that the operator's dotfiles neither run nor change.
+AGENT_HOME = "agent-home"
 
 
 def patch_relpath(tag: str) -> str:
@@ -59,6 +62,10 @@ class JobRoot:
     @property
     def logs(self) -> Path:
         return self.root / LOGS
+
+    @property
+    def agent_home(self) -> Path:
+        return self.root / AGENT_HOME
 
     @property
     def last_message(self) -> Path:

@@ -14,7 +14,7 @@ from runner.settings import PATCH_IN_CONTAINER, RunnerSettings
 
 _WHAT = {
     Phase.PREPARE: "check context/prompt.md (present, non-empty, not the synthetic placeholder); lay out the job root",
-    Phase.PRECHECK: "codex --version; Docker daemon answers; image present (pulled only with --allow-pull); "
+    Phase.PRECHECK: "codex --version; codex login (or the provider key variable); Docker daemon answers; image present (pulled only with --allow-pull); "
     "layout probe in a throwaway container",
     Phase.EXTRACT: "create (never start) a container; stream get_archive(source dir) into the safe extractor, "
     "leaving .git out; remove the container",
@@ -31,7 +31,10 @@ _WHAT = {
 def build_plan(settings: RunnerSettings) -> dict[str, Any]:
     patch = jobroot.patch_relpath(settings.tag)
     argv = {
-        Phase.CODEX: codex_argv(settings.codex_bin, jobroot.BUGGY_SOURCE, jobroot.LAST_MESSAGE),  # type: ignore[arg-type]
+        Phase.CODEX: codex_argv(  # type: ignore[arg-type]
+            settings.codex_bin, jobroot.BUGGY_SOURCE, jobroot.LAST_MESSAGE,
+            model=settings.model, profile=settings.codex_profile, overrides=settings.codex_config,
+        ),
         Phase.EXTRACT: ["containers.create", settings.resolved_image, "get_archive", settings.source_dir],
         Phase.EVALUATE: [
             ["containers.create", settings.resolved_image, "entrypoint", "/bin/sh", "-c", "<gate>",

@@ -37,6 +37,11 @@ MIN_TIMEOUT_SECONDS = 1.0
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 # The flags whose name is not the field's (``--eval-timeout`` is ``eval_timeout``).
 _FLAG_OF_FIELD = {"output_format": "--format", "precheck_only": "--precheck"}
+# Codex: a model name, a profile name, and ``-c KEY=VALUE`` overrides with a dotted key.
+SAFE_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+SAFE_PROFILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+CODEX_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+DEFAULT_CANARY_BASE_IMAGE = "debian:bookworm-slim"
 
 
 class OutputFormat(str, Enum):
@@ -90,6 +95,14 @@ class RunnerSettings(BaseSettings):
     state_dir: Path | None = Field(None, validation_alias=_env("state_dir", "RUNNER_STATE_DIR"))
     # An unprivileged user the agent runs as (the runner must be root): it can write only buggy-source/.
     agent_user: str | None = Field(None, validation_alias=_env("agent_user", "RUNNER_AGENT_USER"))
+    model: str | None = Field(None, validation_alias=_env("model", "RUNNER_MODEL"))
+    codex_profile: str | None = Field(None, validation_alias=_env("codex_profile", "RUNNER_CODEX_PROFILE"))
+    codex_config: tuple[str, ...] = Field((), validation_alias=_env("codex_config"))
+    codex_home: Path | None = Field(None, validation_alias=_env("codex_home", "CODEX_HOME"))
+    patch_exclude: tuple[str, ...] = Field((), validation_alias=_env("patch_exclude"))
+    canary_base_image: str = Field(
+        DEFAULT_CANARY_BASE_IMAGE, validation_alias=_env("canary_base_image", "RUNNER_CANARY_BASE_IMAGE")
+    )
 
     @field_validator("tag")
     @classmethod
@@ -133,6 +146,45 @@ class RunnerSettings(BaseSettings):
     def _command_is_one_line(cls, value: str) -> str:
         if not value.strip() or len(value) > 2000 or any(c in value for c in "\n\r\0"):
             raise ValueError("must be one non-empty line of shell")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_is_plain(cls, value: str | None) -> str | None:
+        if value is not None and not SAFE_MODEL.fullmatch(value):
+            raise ValueError("--model must be 1-128 letters, digits and '. _ : / @ + -'")
+        return value
+
+    @field_validator("codex_profile")
+    @classmethod
+    def _profile_is_plain(cls, value: str | None) -> str | None:
+        if value is not None and (not SAFE_PROFILE.fullmatch(value) or ".." in value):
+            raise ValueError("--codex-profile must be 1-64 letters, digits, '_', '.' or '-'")
+        return value
+
+    @field_validator("codex_config")
+    @classmethod
+    def _codex_config_is_key_value(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from runner.codex_config import check_override  # codex's own rules live beside the guards
+
+        for item in value:
+            check_override(item)
+        return value
+
+    @field_validator("patch_exclude")
+    @classmethod
+    def _patch_exclude_is_pattern(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from runner.hygiene import check_pattern
+
+        for item in value:
+            check_pattern(item)
+        return value
+
+    @field_validator("canary_base_image")
+    @classmethod
+    def _canary_base_is_image(cls, value: str) -> str:
+        if not SAFE_IMAGE.fullmatch(value) or ".." in value:
+            raise ValueError("--canary-base-image must be a plain image reference")
         return value
 
     @model_validator(mode="after")

@@ -18,14 +18,14 @@ from typing import BinaryIO
 
 from runner.atomic import write_bytes_atomic
 from runner.errors import PhaseError
-from runner.jobroot import BASELINE_GIT_DIR, BUGGY_SOURCE, LAST_MESSAGE
+from runner.jobroot import AGENT_HOME, BASELINE_GIT_DIR, BUGGY_SOURCE, LAST_MESSAGE
 from runner.trees import remove_tree, walk
 
 KEEP_LIMIT = 4 * 1024 * 1024
 # The agent's to write, or checked another way (the codex logs are its output, through
 # descriptors the runner opened). The baseline's objects are content-addressed and many;
 # the rest of the baseline's git dir (config, hooks, refs, index) is snapshotted.
-NOT_SNAPSHOTTED = frozenset({BUGGY_SOURCE, LAST_MESSAGE, ".runner.lock"})
+NOT_SNAPSHOTTED = frozenset({BUGGY_SOURCE, LAST_MESSAGE, ".runner.lock", AGENT_HOME})
 BASELINE_OBJECTS = (BASELINE_GIT_DIR, "objects")
 
 

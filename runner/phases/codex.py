@@ -3,7 +3,11 @@
 Invariants:
 - the prompt file's contents go on stdin (``-``), never its path as the prompt;
 - the agent is given only ``buggy-source/`` (``--cd``), never the job root;
-- the child's environment is an allowlist, and is never logged;
+- the child's environment is an allowlist (plus the provider key variable the
+  active config names), and is never logged; its HOME is a private scratch
+  directory of the job root and CODEX_HOME the operator's, resolved before;
+- the runner's guards go on the command line as ``-c`` overrides, after the
+  operator's (``runner/codex_config.py``), so no config file can drop them;
 - stdout (JSONL events) and stderr go to private files under ``logs/``, never into
   memory; only the token counts are read back from them;
 - the child runs in its own process group, and the whole group is killed at
@@ -19,7 +23,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +31,20 @@ import structlog
 
 from reducers.models import Phase
 from runner.atomic import open_private
+from runner.codex_config import (
+    active_provider,
+    guard_arguments,
+    operator_home,
+    overrides_sha256,
+    resolve_codex_home,
+)
 from runner.codex_usage import usage_from_events
 from runner.containment import AgentNotContainedError, agent_process, hand_over, resolve_agent_user
 from runner.reaper import become_subreaper, kill_descendants
 from runner.context import JobContext, PhaseResult, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
+from runner.settings import SAFE_MODEL
 from runner.tamper import RunnerFilesSnapshot, same_file
 
 log = structlog.get_logger(__name__)
@@ -62,15 +74,40 @@ class CodexResult(PhaseResult):
     last_message_present: bool = False
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_output_tokens: int = 0
     turns: int = 0
+    failed_turns: int = 0
+    model_error: str | None = None
+    infra_failure: bool = False
+    model: str | None = None
+    codex_overrides_sha256: str = ""
 
 
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
+def child_environment(
+    environ: Mapping[str, str], *, provider_key: str | None = None, home: Path | None = None,
+    codex_home: Path | None = None,
+) -> dict[str, str]:
+    """The allowlist, the active provider's key variable, and HOME/CODEX_HOME when given.
+
+    With a HOME given and no CODEX_HOME, codex uses (and makes) one under that HOME.
+    """
+    env = {k: v for k, v in environ.items() if k in ENV_ALLOWLIST or k.startswith("LC_") or k == provider_key}
+    if home is not None:
+        env["HOME"] = str(home)
+        env.pop("CODEX_HOME", None)
+    if codex_home is not None:
+        env["CODEX_HOME"] = str(codex_home)
+    return env
 
 
-def codex_argv(codex_path: str, buggy_source: Path, last_message: Path) -> list[str]:
+def codex_argv(
+    codex_path: str, buggy_source: Path, last_message: Path, *,
+    model: str | None = None, profile: str | None = None, overrides: Sequence[str] = (),
+) -> list[str]:
+    """The operator's model, profile and overrides first, the runner's guards last (a later -c wins)."""
+    chosen = [*(["--model", model] if model else []), *(["--profile", profile] if profile else [])]
     return [
         codex_path, "exec",
         "--json",
@@ -79,8 +116,32 @@ def codex_argv(codex_path: str, buggy_source: Path, last_message: Path) -> list[
         "--sandbox", "workspace-write",
         "--cd", str(buggy_source),
         "--output-last-message", str(last_message),
+        *chosen,
+        *[arg for item in overrides for arg in ("-c", item)],
+        *guard_arguments(),
         "-",
     ]
+
+
+def _fresh_home(path: Path) -> Path:
+    """codex's HOME: empty at every start, so nothing of an earlier run or of the operator runs."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(mode=0o700)
+    return path
+
+
+def _last_message_present(path: Path) -> bool:
+    """Non-empty: codex writes an empty file when the turn failed."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        with path.open("rb") as handle:
+            return bool(handle.read(4096).strip())
+    except OSError:
+        return False
 
 
 def _kill_group(pgid: int) -> None:
@@ -107,9 +168,18 @@ def codex(ctx: JobContext) -> CodexResult:
     if found is None:
         raise CodexNotFoundError(settings.codex_bin)
     codex_path = os.path.abspath(found)  # codex runs in buggy-source: a relative path would miss
+    codex_home = resolve_codex_home(settings.codex_home, os.environ, operator_home())
+    provider = active_provider(codex_home, settings.codex_profile, settings.codex_config)
     stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
     job.last_message.unlink(missing_ok=True)
-    argv = codex_argv(codex_path, job.buggy_source, job.last_message)
+    argv = codex_argv(
+        codex_path, job.buggy_source, job.last_message,
+        model=settings.model, profile=settings.codex_profile, overrides=settings.codex_config,
+    )
+    environment = child_environment(
+        os.environ, provider_key=provider.env_key, home=_fresh_home(job.agent_home),
+        codex_home=codex_home if codex_home.is_dir() else None,  # else codex makes one under its HOME
+    )
     own_logs = frozenset(job.relative(path) for path in (stdout_path, stderr_path))
     if _identity(job.buggy_source) is None:
         raise PhaseError("codex", "codex_replaced_source",
@@ -117,6 +187,7 @@ def codex(ctx: JobContext) -> CodexResult:
     agent = resolve_agent_user(settings.agent_user)
     if agent is not None:
         hand_over(job.buggy_source, agent)  # its tree, and nothing else of the job root
+        hand_over(job.agent_home, agent)  # and its scratch HOME, outside the tree
         with open_private(job.last_message):  # codex writes its last message there, and nowhere else
             os.chown(job.last_message, agent.uid, agent.gid)
     source_before = _identity(job.buggy_source)  # the very directory, to find it replaced afterwards
@@ -135,7 +206,7 @@ def codex(ctx: JobContext) -> CodexResult:
                 stdout=out,
                 stderr=err,
                 cwd=job.buggy_source,
-                env=child_environment(os.environ),
+                env=environment,
             ) as child:
                 log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout)
                 try:
@@ -175,27 +246,46 @@ def codex(ctx: JobContext) -> CodexResult:
             details={"runner_files_touched": len(tampered), "timed_out": timed_out},
         )
     usage = usage_from_events(stdout_path)
+    if timed_out:
+        reason = "codex_timeout"
+    elif exit_code == 0:
+        reason = "ok"
+    else:
+        reason = "codex_model_error" if usage.model_error else "codex_exit_nonzero"
     result = CodexResult(
         exit_code=exit_code,
-        reason="codex_timeout" if timed_out else ("ok" if exit_code == 0 else "codex_exit_nonzero"),
+        reason=reason,
         timed_out=timed_out,
         duration_seconds=round(time.monotonic() - started, 3),
         stdout_sha256=sha256_file(stdout_path),
         stderr_sha256=sha256_file(stderr_path),
         stdout_bytes=stdout_path.stat().st_size,
         stderr_bytes=stderr_path.stat().st_size,
-        last_message_present=job.last_message.is_file(),
+        last_message_present=_last_message_present(job.last_message),
         input_tokens=usage.input_tokens,
         cached_input_tokens=usage.cached_input_tokens,
+        cache_write_input_tokens=usage.cache_write_input_tokens,
         output_tokens=usage.output_tokens,
+        reasoning_output_tokens=usage.reasoning_output_tokens,
         turns=usage.turns,
+        failed_turns=usage.failed_turns,
+        model_error=usage.model_error if reason == "codex_model_error" else None,
+        infra_failure=reason == "codex_model_error",
+        model=settings.model or (provider.model if provider.model and SAFE_MODEL.fullmatch(provider.model) else None),
+        codex_overrides_sha256=overrides_sha256(settings.codex_config),
     )
     if result.reason != "ok":
-        message = (
-            f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group; "
-            f"what it was doing is in logs/{STDOUT_LOG} and logs/{STDERR_LOG}"
-            if timed_out
-            else f"codex exited with {exit_code}; see logs/{STDERR_LOG}"
-        )
+        if timed_out:
+            message = (
+                f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group; "
+                f"what it was doing is in logs/{STDOUT_LOG} and logs/{STDERR_LOG}"
+            )
+        elif reason == "codex_model_error":
+            message = (
+                f"the model provider failed ({usage.model_error}), an infrastructure failure, not the agent's; "
+                f"codex exited with {exit_code}; see logs/{STDOUT_LOG}"
+            )
+        else:
+            message = f"codex exited with {exit_code}; see logs/{STDERR_LOG}"
         raise PhaseError("codex", result.reason, message, exit_code=exit_code, details=result.details())
     return result

@@ -21,6 +21,7 @@ from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
 from runner.errors import PhaseError
 from runner.gitops import open_baseline
+from runner import hygiene
 
 DIFF_OPTIONS = (
     "--binary",
@@ -45,6 +46,7 @@ class PatchResult(PhaseResult):
     hunk_count: int = 0
     binary_change_count: int = 0
     sensitive_file_count: int = 0
+    artifact_files_left_out: int = 0
 
 
 # Files through which a patch could sway a test without fixing anything: tests themselves and
@@ -154,7 +156,9 @@ def _summary(text: bytes) -> dict[str, int]:
     return counter.close()
 
 
-def _stream_diff(repo: Repo, baseline_commit: str, dest: Path) -> tuple[str, int, dict[str, int]]:
+def _stream_diff(
+    repo: Repo, baseline_commit: str, dest: Path, pathspecs: list[str] | tuple[str, ...] = ()
+) -> tuple[str, int, dict[str, int]]:
     """``git diff`` streamed into ``dest`` (atomically), hashed and counted as it goes.
 
     Raises: PhaseError ``patch_too_large`` past PATCH_MAX_BYTES (git is stopped, nothing written).
@@ -162,7 +166,7 @@ def _stream_diff(repo: Repo, baseline_commit: str, dest: Path) -> tuple[str, int
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     digest, counter, size = hashlib.sha256(), PatchCounter(), 0
-    process = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, as_process=True)
+    process = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, "--", *pathspecs, as_process=True)
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as sink:
@@ -199,8 +203,11 @@ def _stream_diff(repo: Repo, baseline_commit: str, dest: Path) -> tuple[str, int
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     """Raises: PhaseError ``empty_patch`` when the tree equals the baseline, ``patch_too_large``."""
     repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
-    repo.git.add("--all")  # stage new files too; .gitignore decides what is left out
-    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch)
+    extra = ctx.settings.patch_exclude
+    # stage new files too; .gitignore and the hygiene list (runner/hygiene.py) decide what is left out
+    repo.git.add("--all", "--", *hygiene.excluding(extra))
+    left_out = hygiene.left_out_count(repo, baseline_commit, extra)
+    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch, hygiene.excluding(extra))
     if not size:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
-    return PatchResult(patch_sha256=sha256, patch_bytes=size, **counts)
+    return PatchResult(patch_sha256=sha256, patch_bytes=size, artifact_files_left_out=left_out, **counts)

@@ -6,6 +6,7 @@ container that is always removed; the report holds no host path or secret.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from requests.exceptions import RequestException
 
 from reducers.models import Phase
+from runner.codex_config import OPENAI_KEY_VARIABLES, active_provider, operator_home, resolve_codex_home
 from runner.context import JobContext, PhaseResult
 from runner.docker_utils import connect, daemon_gone, ensure_image, image_identity, managed_container
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError
@@ -37,12 +39,13 @@ _PROBE_BITS = {
     "entrypoint_knows_apply_patch": (2, "the apply script has no apply_patch) branch; check --apply-cmd"),
     "entrypoint_knows_test_patched": (4, "the test script has no test_patched) branch; check --test-cmd"),
 }
-CHECK_NAMES = ("codex_binary", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS)
+CHECK_NAMES = ("codex_binary", "codex_login", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS)
 # Only a program name and a version number are taken from `codex --version`: anything else on
 # that line (a token a wrapper prints, say) would reach the marker and the report, and a
 # secret-looking value there made the public guard refuse every public file of the run.
 _VERSION_NAME = re.compile(r"codex[a-z-]{0,10}")
 _VERSION_NUMBER = re.compile(r"(?<![\w.+-])\d{1,4}\.\d{1,4}(?:\.\d{1,6})?(?:-[a-z]{1,12}(?:\.?\d{1,4})?)?(?![\w.+-])")
+_VERSION_TEXT = re.compile(r"[^A-Za-z0-9 ._+-]")
 
 
 class Check(BaseModel):
@@ -104,6 +107,51 @@ def git_problem() -> str | None:
     if shutil.which("git") is None:
         return "the git binary was not found on PATH; install git (the baseline and the patch need it)"
     return None
+
+
+def codex_login(settings: RunnerSettings) -> Check:
+    """Can codex reach its model? Else it would retry until the deadline, an hour by default.
+
+    A provider whose active config names a key variable (``env_key``) needs that variable;
+    otherwise ``codex login status`` must say logged in, or a key variable codex reads be set.
+    Only names are reported, never a value, and never codex's own output.
+    """
+    from runner.phases.codex import child_environment  # the same environment codex gets
+
+    home = resolve_codex_home(settings.codex_home, os.environ, operator_home())
+    provider = active_provider(home, settings.codex_profile, settings.codex_config)
+    if provider.env_key is not None:
+        ok = bool(os.environ.get(provider.env_key))
+        state = "is set" if ok else "is not set"
+        return Check(
+            name="codex_login", ok=ok,
+            detail=f"the provider key variable {provider.env_key} {state} "
+            f"(provider {_VERSION_TEXT.sub('', provider.name)[:40]})",
+        )
+    path = shutil.which(settings.codex_bin)
+    if path is None:
+        return Check(name="codex_login", ok=False, detail="not checked: codex is missing")
+    environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
+    try:
+        done = subprocess.run(
+            # no --profile: codex 0.171.0 takes it for runtime commands only, not `login`
+            [path, *[arg for item in settings.codex_config for arg in ("-c", item)], "login", "status"],
+            capture_output=True, timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env=environment,
+        )
+        logged_in = done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        logged_in = False
+    if logged_in:
+        return Check(name="codex_login", ok=True, detail="codex login status: logged in")
+    variable = next((name for name in OPENAI_KEY_VARIABLES if os.environ.get(name)), None)
+    if variable is not None:
+        return Check(name="codex_login", ok=True, detail=f"not logged in, but {variable} is set")
+    where = "CODEX_HOME" if home.is_dir() else "CODEX_HOME (it does not exist)"
+    return Check(
+        name="codex_login", ok=False,
+        detail=f"codex is not logged in: run `codex login` (for {where}, or pass --codex-home), "
+        f"or set {' or '.join(OPENAI_KEY_VARIABLES)}",
+    )
 
 
 def script_calling(command: str, subcommand: str) -> str | None:
@@ -182,6 +230,7 @@ def run_precheck(
         checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {version}"))
     except CodexNotFoundError as e:
         checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
+    checks.append(codex_login(settings))
     missing_git = git_problem()
     checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
     own_client = client is None

@@ -47,7 +47,8 @@ def test_execute_resolves_and_writes_safe_compact_files(job_root: Path, stub_ima
     assert set(run["phase_durations_seconds"]) == set(PHASES) - {"reduce"}
     prompt_chars = len((job_root / "context" / "prompt.md").read_text())
     assert run["metrics"] == {
-        "input_tokens": 2 * (1000 + prompt_chars), "cache_tokens": 500, "output_tokens": 240, "cost_usd": 0.0
+        "input_tokens": 2 * (1000 + prompt_chars), "cache_tokens": 500, "output_tokens": 240, "cost_usd": 0.0,
+        "cache_write_tokens": 0, "reasoning_tokens": 0,
     }
     assert run["codex"]["version"] == "codex-cli 0.0.0-fake"
     for name in PUBLIC:

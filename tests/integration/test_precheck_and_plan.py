@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers"
 
 CHECKS = [
     "codex_binary",
+    "codex_login",
     "git_binary",
     "docker_daemon",
     "image_present",
@@ -54,7 +55,7 @@ def test_precheck_unhealthy_for_a_missing_codex(stub_image: str, tmp_path: Path)
     code, report = _precheck("--image", stub_image, "--codex-bin", str(tmp_path / "no-codex-here"))
     assert code == 3
     failed = [check["name"] for check in report["checks"] if not check["ok"]]
-    assert failed == ["codex_binary"]
+    assert failed == ["codex_binary", "codex_login"]  # the login cannot be asked without codex
     assert report["codex_version"] is None
 
 

@@ -112,3 +112,34 @@ def test_a_relative_codex_bin_is_found_from_where_the_runner_started(
     ctx = _ctx(tmp_path, f"./{script.name}")
     assert codex(ctx).exit_code == 0
     assert (ctx.job.buggy_source / "stdin.txt").read_text() == "Fix it.\n"
+
+
+_LAST = 'while [ "$1" != "--output-last-message" ]; do shift; done; last=$2\n'
+
+
+def test_an_empty_last_message_is_not_present(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, _script(tmp_path, _LAST + ': > "$last"\n'))
+    result = codex(ctx)
+    assert ctx.job.last_message.exists() and result.last_message_present is False
+
+
+def test_a_failed_turn_is_a_model_error_and_an_infrastructure_failure(tmp_path: Path) -> None:
+    failed = '{"type":"turn.failed","error":{"message":"Missing environment variable: `K`."}}'
+    ctx = _ctx(tmp_path, _script(tmp_path, f"echo '{failed}'\nexit 1\n"))
+    with pytest.raises(PhaseError) as caught:
+        codex(ctx)
+    assert caught.value.reason == "codex_model_error"
+    assert caught.value.details["model_error"] == "missing_key" and caught.value.details["infra_failure"] is True
+    assert "infrastructure failure" in str(caught.value)
+
+
+def test_codex_gets_a_fresh_private_home_and_the_resolved_codex_home(tmp_path: Path) -> None:
+    codex_home = tmp_path / "my-codex-home"
+    codex_home.mkdir()
+    script = _script(tmp_path, 'echo "$HOME|$CODEX_HOME" > where.txt; touch "$HOME/left-by-last-run"\n')
+    ctx = _ctx(tmp_path, script, codex_home=str(codex_home))
+    codex(ctx)
+    codex(ctx)  # the second run starts from an empty HOME again
+    home, seen_codex_home = (ctx.job.buggy_source / "where.txt").read_text().strip().split("|")
+    assert home == str(ctx.job.agent_home) and seen_codex_home == str(codex_home)
+    assert [p.name for p in ctx.job.agent_home.iterdir()] == ["left-by-last-run"]
