@@ -94,16 +94,24 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
         f"--tag={tag}",
         f"--codex-bin={settings.codex_bin}",
         f"--codex-timeout={settings.codex_timeout}",
-        f"--eval-timeout={settings.eval_timeout}",
-        f"--eval-network={settings.eval_network.value}",
-        f"--source-dir={settings.source_dir}",
-        f"--apply-cmd={settings.apply_cmd}",
-        f"--test-cmd={settings.test_cmd}",
     ]
+    # A setting a tag profile may supply goes as a flag only when the operator gave it: otherwise
+    # each task gets its own tag's profile (or the defaults), not the batch's default tag's.
+    for name, value in (
+        ("eval-timeout", settings.eval_timeout),
+        ("eval-network", settings.eval_network.value),
+        ("source-dir", settings.source_dir),
+        ("apply-cmd", settings.apply_cmd),
+        ("test-cmd", settings.test_cmd),
+    ):
+        if settings.operator_gave(name.replace("-", "_")):
+            argv.append(f"--{name}={value}")
     if image:
         argv.append(f"--image={image}")
     if settings.allow_pull:
         argv.append("--allow-pull")
+    if settings.allow_unscorable:
+        argv.append("--allow-unscorable")
     return argv
 
 
