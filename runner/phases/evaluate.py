@@ -77,7 +77,7 @@ TEST_STDERR_LOG = "eval-test.stderr.log"
 # TCP connection to the package index the tasks install from? bash's /dev/tcp needs no tool
 # the image may lack; exit 3 means the image cannot say (no bash or no timeout).
 NETWORK_PROBE_HOST, NETWORK_PROBE_PORT = "pypi.org", 443
-NETWORK_PROBE_SECONDS = 5
+NETWORK_PROBE_SECONDS = 3
 _NETWORK_PROBE_SCRIPT = (
     'command -v bash >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || exit 3; '
     'timeout "$3" bash -c \'exec 3<>"/dev/tcp/$0/$1"\' "$1" "$2" >/dev/null 2>&1 || exit 1'
