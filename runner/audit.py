@@ -214,13 +214,13 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     def row(label: str, reason: str, **more: Any) -> AuditRow:
         return AuditRow(**base, audit=label, reason=reason, wall_seconds=round(time.monotonic() - started, 3), **more)
 
+    refusal = profile.refusal if profile else None
+    if refusal and not settings.allow_unscorable:  # the profile alone decides: no image needed
+        label = "apply_hangs" if refusal == "apply_never_returns" else "layout_unsupported"
+        return row(label, f"profile: {refusal}")
     image_id, _digest = image_identity(ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull))
     base["image_id"] = image_id
     labels = runner_labels(job_id=f"audit-{settings.tag}"[:64], run_id=new_run_id(), phase="audit")
-    refusal = profile.refusal if profile else None
-    if refusal and not settings.allow_unscorable:
-        label = "apply_hangs" if refusal == "apply_never_returns" else "layout_unsupported"
-        return row(label, f"profile: {refusal}")
     bits = _probe_layout(client, settings, image_id, labels)
     for name, (bit, _problem) in _PROBE_BITS.items():
         if bits & bit:
