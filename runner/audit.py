@@ -40,10 +40,20 @@ from requests.exceptions import RequestException
 from runner.atomic import open_private, write_bytes_atomic
 from runner.batch import read_tags_file, unique_tags
 from runner.context import new_run_id
-from runner.docker_utils import connect, ensure_image, image_identity, managed_container, pumping_output, runner_labels, wait_main_process
+from runner.docker_utils import (
+    LABEL_PHASE,
+    connect,
+    ensure_image,
+    image_identity,
+    managed_container,
+    pumping_output,
+    runner_labels,
+    wait_main_process,
+)
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, RunnerError
 from runner.lock import job_root_lock
 from runner.phases.evaluate import (
+    NETWORK_PROBE_PHASE,
     NO_LOG_DRIVER,
     EvalRun,
     EvalSinks,
@@ -228,7 +238,8 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     gold = gold_patch(client, image_id=image_id, source_dir=settings.source_dir, labels=labels)
     if isinstance(gold, str):
         return row("layout_unsupported", gold)
-    probe = probe_network(client, image_id=image_id, network=settings.eval_network.value, labels=labels)
+    probe = probe_network(client, image_id=image_id, network=settings.eval_network.value,
+                          labels={**labels, LABEL_PHASE: NETWORK_PROBE_PHASE})
     base.update(
         network_reachable=probe.reachable,
         verdict_untrusted=bool(base["needs_network"] and probe.reachable is not True),

@@ -18,9 +18,10 @@ Invariants:
 - the gate reports apply's own exit code on a line tagged with a per-run nonce,
   on both streams, before the test starts; that only splits the records (the
   line is in no log), it never decides a verdict;
-- before the evaluation a probe through the same network mode records whether
-  the container reaches the outside; a tag whose profile needs the network,
-  evaluated without it, is ``verdict_untrusted``;
+- a probe through the same network mode, started before the evaluation and
+  awaited before the verdict, records whether a container reaches the outside;
+  a tag whose profile needs the network, evaluated without it, is
+  ``verdict_untrusted``;
 - one deadline (``--eval-timeout``) covers apply and test; past it the
   container is killed; it is always removed.
 """
@@ -31,6 +32,7 @@ import io
 import secrets
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -44,7 +46,7 @@ from requests.exceptions import RequestException
 from reducers.models import Phase
 from runner.atomic import open_private
 from runner.context import JobContext, PhaseResult, sha256_file
-from runner.docker_utils import managed_container, pumping_output, wait_main_process
+from runner.docker_utils import LABEL_PHASE, managed_container, pumping_output, wait_main_process
 from runner.errors import PhaseError
 from runner.settings import PATCH_IN_CONTAINER
 from runner.verdict import official_verdict, string_verdict
@@ -78,6 +80,7 @@ TEST_STDERR_LOG = "eval-test.stderr.log"
 # the image may lack; exit 3 means the image cannot say (no bash or no timeout).
 NETWORK_PROBE_HOST, NETWORK_PROBE_PORT = "pypi.org", 443
 NETWORK_PROBE_SECONDS = 3
+NETWORK_PROBE_PHASE = "evaluate-network-probe"
 _NETWORK_PROBE_SCRIPT = (
     'command -v bash >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || exit 3; '
     'timeout "$3" bash -c \'exec 3<>"/dev/tcp/$0/$1"\' "$1" "$2" >/dev/null 2>&1 || exit 1'
@@ -307,17 +310,21 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         raise PhaseError("evaluate", "patch_missing", f"{job.relative(job.patch)} is missing; rerun the patch phase")
     client = ctx.docker()
     network = settings.eval_network.value
-    probe = probe_network(client, image_id=image_id, network=network, labels=ctx.labels(Phase.EVALUATE))
     profile = settings.profile
     needs_network = bool(profile and profile.needs_network)
-    log.info("network_probed", network=network, reachable=probe.reachable, detail=probe.detail)
     logs = {name: job.logs / name for name in (APPLY_LOG, TEST_LOG, APPLY_STDERR_LOG, TEST_STDERR_LOG)}
+    # The probe starts first, in its own container (its own phase label, so that a half-made
+    # container of one is never taken for the other), and runs beside the evaluation: its answer
+    # is in hand before the verdict is recorded, and a blackholed network costs no wall time.
+    probe_labels = {**ctx.labels(Phase.EVALUATE), LABEL_PHASE: NETWORK_PROBE_PHASE}
     with (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="network-probe") as pool,
         open_private(logs[APPLY_LOG]) as apply_out,  # truncated, and never a link the agent planted
         open_private(logs[TEST_LOG]) as test_out,
         open_private(logs[APPLY_STDERR_LOG]) as apply_err,
         open_private(logs[TEST_STDERR_LOG]) as test_err,
     ):
+        probing = pool.submit(probe_network, client, image_id=image_id, network=network, labels=probe_labels)
         run = run_apply_and_test(
             client,
             image_id=image_id,
@@ -329,6 +336,8 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
             timeout=settings.eval_timeout,
             sinks=EvalSinks(apply_out, test_out, apply_err, test_err),
         )
+        probe = probing.result()
+    log.info("network_probed", network=network, reachable=probe.reachable, detail=probe.detail)
     stdout_logs = [logs[APPLY_LOG], logs[TEST_LOG]]  # the official command's stdout, in order
     by_exit = run.exit_code_verdict
     by_strings = string_verdict(stdout_logs)
