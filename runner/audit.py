@@ -60,7 +60,7 @@ from runner.phases.evaluate import (
     probe_network,
     run_apply_and_test,
 )
-from runner.phases.precheck import _PROBE_BITS, _PROBE_REFUSALS, _probe_layout
+from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for, publish
 from runner.settings import SAFE_HOST_PATH, RunnerSettings, load_settings
 from runner.verdict import official_verdict
@@ -231,10 +231,9 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     image_id, _digest = image_identity(ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull))
     base["image_id"] = image_id
     labels = runner_labels(job_id=f"audit-{settings.tag}"[:64], run_id=new_run_id(), phase="audit")
-    bits = _probe_layout(client, settings, image_id, labels)
-    for name, (bit, _problem) in _PROBE_BITS.items():
-        if bits & bit:
-            return row("layout_unsupported", f"image: {_PROBE_REFUSALS[name]}")
+    layout = layout_refusal(client, settings, image_id, labels)
+    if layout is not None:
+        return row("layout_unsupported", f"image: {layout}")
     gold = gold_patch(client, image_id=image_id, source_dir=settings.source_dir, labels=labels)
     if isinstance(gold, str):
         return row("layout_unsupported", gold)

@@ -45,6 +45,8 @@ case "$variant" in
         git -C /app/source_code_buggy reflog expire --expire=now --all
         git -C /app/source_code_buggy gc -q --prune=now
         sed -i 's/^STUB_FIXED_COMMIT=.*/STUB_FIXED_COMMIT=/' /app/commits.env ;;
+    fixed_plain)      # a fixed tree that is a plain copy (no .git): the gold patch is a tree diff
+        rm -rf /app/source_code_fixed/.git ;;
     opt_entrypoint)   # the entrypoint in /opt, nothing at /usr/local/bin (gpt-researcher_1027, pythagora_55)
         mv "$ep" /opt/run_test_entrypoint.sh ;;
     *) echo "unknown variant: $variant" >&2; exit 2 ;;

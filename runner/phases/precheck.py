@@ -165,6 +165,14 @@ def _docker_checks(
     return checks, image_id
 
 
+def layout_refusal(
+    client: docker.DockerClient, settings: RunnerSettings, image_id: str, labels: dict[str, str]
+) -> str | None:
+    """The reason label when the image's layout cannot be evaluated with ``settings``, else None."""
+    bits = _probe_layout(client, settings, image_id, labels)
+    return next((_PROBE_REFUSALS[name] for name, (bit, _) in _PROBE_BITS.items() if bits & bit), None)
+
+
 def _scorable_check(settings: RunnerSettings) -> Check:
     """Does the tag's profile say it cannot be scored at all (whatever the image holds)?"""
     profile = settings.profile

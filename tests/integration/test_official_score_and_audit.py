@@ -144,6 +144,7 @@ def test_a_profile_supplies_the_entrypoint_and_a_flag_wins(tmp_path: Path, varia
     ("variant", "extra", "label", "reason"),
     [
         (None, (), "valid", "gold patch passes"),
+        ("fixed_plain", (), "valid", "gold patch passes"),
         ("no_fixed", (), "layout_unsupported", "no fixed tree"),
         ("no_apply", (), "layout_unsupported", "layout_unsupported: no apply_patch"),
         ("apply_ignores", (), "gold_fails", "apply failed"),
@@ -168,7 +169,7 @@ def test_audit_labels(
         assert row["empty"]["apply_seconds"] is not None and row["gold"]["test_seconds"] is not None
     if label == "valid":
         assert row["empty"]["official"] is False and row["gold"]["official"] is True
-        assert row["gold_source"] == "fixed_tree_commit"
+        assert row["gold_source"] == ("fixed_tree_diff" if variant == "fixed_plain" else "fixed_tree_commit")
 
 
 def test_audit_of_a_profile_known_hang_runs_nothing(stub_image: str) -> None:
