@@ -68,6 +68,13 @@ from runner.verdict import official_verdict
 log = structlog.get_logger(__name__)
 
 LABELS = ("valid", "gold_fails", "empty_passes", "apply_hangs", "layout_unsupported", "not_audited")
+# A profile's refusal, as the label an audit that ran would give (the rest: layout_unsupported).
+PROFILE_REFUSAL_LABELS = {
+    "apply_never_returns": "apply_hangs",
+    "apply_ignores_patch": "gold_fails",
+    "apply_always_fails": "gold_fails",
+    "no_official_success_string": "gold_fails",
+}
 AUDIT_JSON = "audit-ledger.json"
 AUDIT_MD = "audit-ledger.md"
 AUDIT_LOGS = ".audit-logs"
@@ -226,8 +233,7 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
 
     refusal = profile.refusal if profile else None
     if refusal and not settings.allow_unscorable:  # the profile alone decides: no image needed
-        label = "apply_hangs" if refusal == "apply_never_returns" else "layout_unsupported"
-        return row(label, f"profile: {refusal}")
+        return row(PROFILE_REFUSAL_LABELS.get(refusal, "layout_unsupported"), f"profile: {refusal}")
     image_id, _digest = image_identity(ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull))
     base["image_id"] = image_id
     labels = runner_labels(job_id=f"audit-{settings.tag}"[:64], run_id=new_run_id(), phase="audit")

@@ -177,6 +177,9 @@ def test_audit_of_a_profile_known_hang_runs_nothing(stub_image: str) -> None:
     assert code == 0, stderr
     assert report["rows"][0]["audit"] == "apply_hangs" and report["rows"][0]["reason"] == "profile: apply_never_returns"
     assert report["rows"][0]["empty"] is None
+    code, report, stderr = _audit("--tag", "ai_2705", "--image", stub_image)  # no official success string
+    assert code == 0, stderr
+    assert report["audit"] == {"ai_2705": "gold_fails"} and report["rows"][0]["reason"] == "profile: no_official_success_string"
 
 
 def test_audit_of_many_tags_keeps_a_ledger(tmp_path: Path, stub_image: str) -> None:
