@@ -37,6 +37,8 @@ LOG_HASH_FIELDS = {
     "codex_stderr": (Phase.CODEX, "stderr_sha256"),
     "eval_apply": (Phase.EVALUATE, "apply_log_sha256"),
     "eval_test": (Phase.EVALUATE, "test_log_sha256"),
+    "eval_apply_stderr": (Phase.EVALUATE, "apply_stderr_log_sha256"),
+    "eval_test_stderr": (Phase.EVALUATE, "test_stderr_log_sha256"),
 }
 
 
@@ -90,7 +92,8 @@ class Validation(_Frozen):
     patch_applied_in_container: bool
     patched_eval_exit_zero: bool
     patched_eval_success_marker: bool
-    verdict_from_exit_codes: bool = True
+    verdict_from_exit_codes: bool = False  # the headline is the official rule (exit code and stdout strings)
+    verdict_from_official_rule: bool = True
     no_upload: bool = True
     no_submit: bool = True
     no_public_ranking_path: bool = True
@@ -109,6 +112,21 @@ class Evaluation(_Frozen):
     string_verdict: bool | None
     verdicts_disagree: bool
     network: str | None
+    # The official score is official_task_score; these say how far to trust it.
+    network_reachable: bool | None = None
+    network_probe: str | None = None
+    needs_network: bool = False
+    verdict_untrusted: bool = False
+    apply_seconds: float | None = None
+    test_seconds: float | None = None
+
+
+class Scorability(_Frozen):
+    """What the tag's profile and the image's layout said before any codex token was spent."""
+
+    tag_profile: str | None
+    refusal: str | None
+    unscorable_override: bool
 
 
 class Codex(_Frozen):
@@ -157,6 +175,8 @@ class BenchmarkRun(_Frozen):
     patched_exit_code: int | None
     apply_exit_code: int | None
     official_task_score: OfficialScore
+    verdict_untrusted: bool = False
+    scorability: Scorability | None = None
     evaluation: Evaluation
     codex: Codex
     phase_status: dict[str, str]
@@ -240,6 +260,14 @@ def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _opt_bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
 def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Markers to (benchmark_run_v0, benchmark_result_v0) documents.
 
@@ -255,6 +283,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
     test_exit = _opt_int(_detail(markers, Phase.EVALUATE, "test_exit_code"))
     resolved = evaluated and bool(_detail(markers, Phase.EVALUATE, "resolved", False))
     string_verdict = _detail(markers, Phase.EVALUATE, "string_verdict")
+    untrusted = evaluated and bool(_detail(markers, Phase.EVALUATE, "verdict_untrusted", False))
     label = _failure_label(markers, resolved)
     failed = _first_failure(markers)
     score = OfficialScore(value=1 if resolved else 0, resolved=resolved)
@@ -285,15 +314,27 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
         patched_exit_code=test_exit,
         apply_exit_code=apply_exit,
         official_task_score=score,
+        verdict_untrusted=untrusted,
+        scorability=Scorability(
+            tag_profile=_detail(markers, Phase.PRECHECK, "tag_profile"),
+            refusal=_detail(markers, Phase.PRECHECK, "refusal"),
+            unscorable_override=bool(_detail(markers, Phase.PRECHECK, "unscorable_override", False)),
+        ) if Phase.PRECHECK in markers else None,
         evaluation=Evaluation(
             ran=evaluated,
             apply_exit_code=apply_exit,
             test_exit_code=test_exit,
             timed_out=bool(_detail(markers, Phase.EVALUATE, "timed_out", False)),
-            exit_code_verdict=resolved,
+            exit_code_verdict=evaluated and bool(_detail(markers, Phase.EVALUATE, "exit_code_verdict", resolved)),
             string_verdict=string_verdict if isinstance(string_verdict, bool) else None,
             verdicts_disagree=bool(_detail(markers, Phase.EVALUATE, "verdicts_disagree", False)),
             network=_detail(markers, Phase.EVALUATE, "network"),
+            network_reachable=_opt_bool(_detail(markers, Phase.EVALUATE, "network_reachable")),
+            network_probe=_detail(markers, Phase.EVALUATE, "network_probe"),
+            needs_network=bool(_detail(markers, Phase.EVALUATE, "needs_network", False)),
+            verdict_untrusted=untrusted,
+            apply_seconds=_opt_float(_detail(markers, Phase.EVALUATE, "apply_seconds")),
+            test_seconds=_opt_float(_detail(markers, Phase.EVALUATE, "test_seconds")),
         ),
         codex=Codex(
             invoked=Phase.CODEX in markers,
@@ -422,7 +463,9 @@ def reduce_real_result(run_doc: Any, result_doc: Any) -> dict[str, Any]:
             "apply_exit_code": run.apply_exit_code,
             "baseline_exit_code": None,  # the buggy tree's own test is not run (it would show the oracle nothing new)
             "string_verdict": run.evaluation.string_verdict,
+            "exit_code_verdict": run.evaluation.exit_code_verdict,
             "verdicts_disagree": run.evaluation.verdicts_disagree,
+            "verdict_untrusted": run.verdict_untrusted,
             "phase_durations_seconds": run.phase_durations_seconds,
             "log_sha256": run.log_sha256,
         },

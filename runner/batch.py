@@ -102,12 +102,18 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
         f"--tag={tag}",
         f"--codex-bin={settings.codex_bin}",
         f"--codex-timeout={settings.codex_timeout}",
-        f"--eval-timeout={settings.eval_timeout}",
-        f"--eval-network={settings.eval_network.value}",
-        f"--source-dir={settings.source_dir}",
-        f"--apply-cmd={settings.apply_cmd}",
-        f"--test-cmd={settings.test_cmd}",
     ]
+    # A setting a tag profile may supply goes as a flag only when the operator gave it: otherwise
+    # each task gets its own tag's profile (or the defaults), not the batch's default tag's.
+    for name, value in (
+        ("eval-timeout", settings.eval_timeout),
+        ("eval-network", settings.eval_network.value),
+        ("source-dir", settings.source_dir),
+        ("apply-cmd", settings.apply_cmd),
+        ("test-cmd", settings.test_cmd),
+    ):
+        if settings.operator_gave(name.replace("-", "_")):
+            argv.append(f"--{name}={value}")
     if image:
         argv.append(f"--image={image}")
     if settings.model:
@@ -124,6 +130,8 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
         argv.append(f"--state-dir={settings.state_dir}")
     if settings.agent_user is not None:
         argv.append(f"--agent-user={settings.agent_user}")
+    if settings.allow_unscorable:
+        argv.append("--allow-unscorable")
     return argv
 
 
@@ -145,6 +153,12 @@ class BatchSummary:
     wall_seconds: float
     phase_seconds: dict[str, float]
     interrupted: bool
+    exit_code_resolved: int = 0
+    verdict_untrusted: int = 0
+    # From an audit ledger in the jobs directory (``python -m runner audit --jobs-dir``): tag -> label.
+    audit_labels: dict[str, str] | None = None
+    resolved_tags: tuple[str, ...] = ()
+    ran_tags: tuple[str, ...] = ()
 
     @classmethod
     def not_started(cls, tags: int) -> BatchSummary:
@@ -172,6 +186,21 @@ class BatchSummary:
             "phase_seconds": {k: round(v, 3) for k, v in sorted(self.phase_seconds.items())},
             "interrupted": self.interrupted,
             "exit_code": self.exit_code,
+            "exit_code_resolved": self.exit_code_resolved,
+            "verdict_untrusted": self.verdict_untrusted,
+            **({"audit": self._over_valid()} if self.audit_labels is not None else {}),
+        }
+
+    def _over_valid(self) -> dict[str, Any]:
+        """The resolved rate over the tags the gold-patch audit found ``valid``."""
+        labels = self.audit_labels or {}
+        valid = [tag for tag in self.ran_tags if labels.get(tag) == "valid"]
+        resolved = [tag for tag in valid if tag in self.resolved_tags]
+        return {
+            "valid_tags_ran": len(valid),
+            "resolved_valid": len(resolved),
+            "resolved_rate_valid": round(len(resolved) / len(valid), 4) if valid else 0.0,
+            "labels_of_ran_tags": dict(Counter(labels.get(tag, "not_audited") for tag in self.ran_tags)),
         }
 
 
@@ -204,6 +233,8 @@ def _row(tag: str, job_root: Path, exit_code: int, wall: float, *, stopping: boo
         image_id=run.get("image_id"),
         input_tokens=run.get("metrics", {}).get("input_tokens", 0),
         output_tokens=run.get("metrics", {}).get("output_tokens", 0),
+        exit_code_verdict=run.get("evaluation", {}).get("exit_code_verdict") if run.get("evaluation", {}).get("ran") else None,
+        verdict_untrusted=bool(run.get("verdict_untrusted", False)),
     )
 
 
@@ -427,4 +458,15 @@ def _run_locked(
         wall_seconds=time.monotonic() - started,
         phase_seconds=dict(phase_seconds),
         interrupted=interrupted,
+        exit_code_resolved=sum(1 for row in ran if row.exit_code_verdict),
+        verdict_untrusted=sum(1 for row in ran if row.verdict_untrusted),
+        audit_labels=_audit_labels(jobs_dir),
+        resolved_tags=tuple(row.tag for row in ran if row.resolved),
+        ran_tags=tuple(row.tag for row in ran),
     )
+
+
+def _audit_labels(jobs_dir: Path) -> dict[str, str] | None:
+    from runner.audit import read_audit_labels  # the audit imports this module
+
+    return read_audit_labels(jobs_dir)

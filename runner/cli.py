@@ -30,6 +30,7 @@ from runner.pipeline import STEPS, execute
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import reduce_job
 from runner.plan import build_plan
+from runner.profiles import list_tags
 from runner.progress import progress_for
 from runner.settings import DEFAULT_TAG, IMAGE_REPOSITORY, OutputFormat, RunnerSettings, load_settings
 from runner.streams import guard_standard_streams
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sweep", action="store_true",
         help="maintenance: remove runner containers whose run died on this host (live runs are kept)",
     )
+    mode.add_argument("--list-tags", action="store_true", help="print the profile of every known tag and exit")
     parser.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
     parser.add_argument(
         "--tag", action="append", help="AgentIssue-Bench tag (env TAG; default lagent_239); repeat it for a batch"
@@ -92,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="base of the stub image the canary builds when missing (default debian:bookworm-slim; needs bash, git, python3, patch)",
     )
     parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
+    parser.add_argument(
+        "--allow-unscorable", action="store_true", default=None,
+        help="evaluate a tag whose profile or image says it cannot be scored (env RUNNER_ALLOW_UNSCORABLE=1); "
+        "recorded in the compact run",
+    )
     return parser
 
 
@@ -132,7 +139,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
         for key in (
             "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
             "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format", "state_dir", "agent_user",
-            "model", "codex_profile", "codex_home", "canary_base_image",
+            "model", "codex_profile", "codex_home", "canary_base_image", "allow_unscorable",
         )
     }
     for key in ("codex_config", "patch_exclude"):
@@ -148,7 +155,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
 
 
 def _mode(args: argparse.Namespace, settings: RunnerSettings) -> str:
-    for name in ("precheck", "execute", "reduce", "sweep"):
+    for name in ("precheck", "execute", "reduce", "sweep", "list_tags"):
         if getattr(args, name):
             return name
     return "precheck" if settings.precheck_only else "plan"
@@ -231,11 +238,32 @@ def _sweep(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return {"mode": "sweep", "removed": removed, "kept_live": kept}, ExitCode.COMPLETED
 
 
+def _list_tags(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    rows = list_tags()
+    return {"mode": "list-tags", "count": len(rows), "tags": rows}, ExitCode.COMPLETED
+
+
+MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep": _sweep, "list_tags": _list_tags}
+# ``python -m runner <subcommand> ...``: modules with their own ``main(argv) -> int``.
+SUBCOMMANDS = {"audit": "runner.audit"}
+
+
+def _subcommand(name: str, argv: list[str]) -> int:
+    import importlib
+
+    configure_logging()
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    return int(importlib.import_module(SUBCOMMANDS[name]).main(argv))
+
+
 STEP_PHASES = tuple(STEPS)
-MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep": _sweep}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        return _subcommand(argv[0], argv[1:])
     guard_standard_streams()  # a reader of our output going away must never end the run
     args = build_parser().parse_args(argv)
     configure_logging()

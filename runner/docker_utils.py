@@ -308,15 +308,17 @@ def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcom
 
 
 @contextmanager
-def pumping_output(container: Container, sink: Callable[[bytes], None]) -> Iterator[None]:
+def pumping_output(container: Container, sink: Callable[[Any], None], *, demux: bool = False) -> Iterator[None]:
     """Attach to a container before it starts and hand all its output to ``sink``, from a thread.
 
     Read while the container runs, the output never depends on a log driver that could
     cap, rotate or drop it. On a normal exit of the block the thread is joined (the
     stream ends with the container) and an error of ``sink`` is raised here; on an error
-    in the block the stream is closed first.
+    in the block the stream is closed first. With ``demux`` (a container without a TTY)
+    ``sink`` gets ``(stdout bytes or None, stderr bytes or None)`` pairs: the two streams
+    stay apart, as the official verdict reads stdout alone.
     """
-    stream = container.attach(stdout=True, stderr=True, stream=True, logs=False)
+    stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=demux)
     sink_failures: list[Exception] = []
 
     def pump() -> None:

@@ -104,6 +104,15 @@ class SourceDirMissingError(EnvironmentNotReadyError):
         super().__init__("the image has no buggy-source directory at the configured path; check --source-dir")
 
 
+class UnscorableError(EnvironmentNotReadyError):
+    """The tag's profile or its image says a verdict could not be trusted or reached: refused before codex."""
+
+    def __init__(self, message: str, *, reason: str, refusal: str, tag_profile: str | None) -> None:
+        super().__init__(message, reason=reason)
+        self.refusal = refusal
+        self.details: dict[str, object] = {"refusal": refusal, "tag_profile": tag_profile}
+
+
 class PhaseError(RunnerError):
     """A phase ran and failed; the pipeline records it and stops there."""
 

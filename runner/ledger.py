@@ -54,6 +54,9 @@ class LedgerRow(BaseModel):
     image_id: str | None
     input_tokens: int
     output_tokens: int
+    # resolved is the official score; the runner's exit-code verdict and the trust in it beside it.
+    exit_code_verdict: bool | None = None
+    verdict_untrusted: bool = False
 
     @property
     def completed(self) -> bool:
@@ -140,8 +143,9 @@ def render_markdown(document: dict[str, Any]) -> str:
     lines = [
         "# Run ledger",
         "",
-        "| tag | state | resolved | first failed phase | wall s | patch sha256 | patch bytes | image digest (or id) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tag | state | resolved | first failed phase | wall s | patch sha256 | patch bytes | image digest (or id) "
+        "| exit-code verdict | verdict untrusted |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in document["rows"]:
         resolved = {True: "yes", False: "no", None: "-"}[row["resolved"]]
@@ -149,6 +153,8 @@ def render_markdown(document: dict[str, Any]) -> str:
         lines.append(
             f"| {row['tag']} | {row['state']} | {resolved} | {row['first_failed_phase'] or '-'} | "
             f"{row['wall_seconds']:.1f} | {sha} | {row['patch_bytes'] if row['patch_bytes'] is not None else '-'} | "
-            f"{row['image_digest'] or row['image_id'] or '-'} |"
+            f"{row['image_digest'] or row['image_id'] or '-'} | "
+            f"{ {True: 'yes', False: 'no', None: '-'}[row.get('exit_code_verdict')] } | "
+            f"{'yes' if row.get('verdict_untrusted') else 'no'} |"
         )
     return "\n".join(lines) + "\n"

@@ -142,7 +142,7 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
         marker = clock.marker(ok=False, reason=e.reason, exit_code=e.exit_code_observed, details=_scalars(e.details))
     except RunnerError as e:
         error = e
-        marker = clock.marker(ok=False, reason=e.reason)
+        marker = clock.marker(ok=False, reason=e.reason, details=_scalars(getattr(e, "details", None) or {}))
     except KeyboardInterrupt as e:
         error = e
         kill_descendants()  # the runner's own children (a `git add` half-way) end with the phase

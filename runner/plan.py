@@ -23,7 +23,8 @@ _WHAT = {
     "process-group deadline",
     Phase.PATCH: "diff of the work tree (new files included) against the baseline, for patch -p1",
     Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; its own process runs "
-    "apply, then (only if apply exits 0) the test; resolved from the daemon's exit code; remove",
+    "apply, then (only if apply exits 0) the test; resolved by the official rule (exit code 0 from the daemon, "
+    "no FAILED and a success string in stdout); a network probe beside it; remove",
     Phase.REDUCE: "markers to the compact public JSON, each through the public guard",
 }
 
@@ -51,6 +52,8 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         "tag": settings.tag,
         "image": settings.resolved_image,
         "eval_network": settings.eval_network.value,
+        "tag_profile": settings.profile.name if settings.profile else None,
+        "from_profile": list(settings.profile_fields),
         "codex_timeout_seconds": settings.codex_timeout,
         "eval_timeout_seconds": settings.eval_timeout,
         "phases": [

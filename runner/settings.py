@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runner.errors import BadInputError
+from runner.profiles import TagProfile, profile_for
 
 DEFAULT_TAG = "lagent_239"
 IMAGE_REPOSITORY = "alfin06/agentissue-bench"
@@ -103,6 +104,12 @@ class RunnerSettings(BaseSettings):
     canary_base_image: str = Field(
         DEFAULT_CANARY_BASE_IMAGE, validation_alias=_env("canary_base_image", "RUNNER_CANARY_BASE_IMAGE")
     )
+    # Evaluate a tag that precheck would refuse as unscorable; recorded in the compact run.
+    allow_unscorable: bool = Field(
+        False, validation_alias=_env("allow_unscorable", "RUNNER_ALLOW_UNSCORABLE")
+    )
+    # The settings the tag's profile supplied (the operator gave none): set by load_settings only.
+    profile_fields: tuple[str, ...] = Field((), validation_alias=_env("profile_fields"))
 
     @field_validator("tag")
     @classmethod
@@ -198,6 +205,14 @@ class RunnerSettings(BaseSettings):
     def resolved_image(self) -> str:
         return self.image or f"{IMAGE_REPOSITORY}:{self.tag}"
 
+    @property
+    def profile(self) -> TagProfile | None:
+        return profile_for(self.tag)
+
+    def operator_gave(self, name: str) -> bool:
+        """Was ``name`` set by a flag or an environment variable (not a default or a profile)?"""
+        return name in self.model_fields_set and name not in self.profile_fields
+
 
 def _as_typed(field: str, given: dict[str, object]) -> str:
     """The name the user typed: the flag when it came as one, else its environment variable."""
@@ -223,7 +238,15 @@ def load_settings(**flags: object) -> RunnerSettings:
     """
     given = {key: value for key, value in flags.items() if value is not None}
     try:
-        return RunnerSettings(**given)
+        settings = RunnerSettings(**given)
+        profile = settings.profile
+        if profile is None:
+            return settings  # an unknown tag: the runner's defaults
+        # The profile fills only what neither a flag nor an environment variable set.
+        filled = {k: v for k, v in profile.settings_values().items() if k not in settings.model_fields_set}
+        if not filled:
+            return settings
+        return RunnerSettings(**given, **filled, profile_fields=tuple(sorted(filled)))
     except ValidationError as e:
         problems = []
         for err in e.errors():

@@ -368,3 +368,29 @@ def wait_dead(pid: int, seconds: float = 10) -> bool:
     while alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     return not alive()
+
+
+VARIANTS_CONTEXT = REPO / "containers" / "variants"
+
+
+@pytest.fixture(scope="session")
+def variant_image(docker_client, stub_image: str) -> Iterator:
+    """A builder of stub variants (containers/variants), each built once per session FROM the stub."""
+    from testcontainers.core.image import DockerImage
+
+    built: dict[str, str] = {}
+
+    def build(variant: str) -> str:
+        if variant not in built:
+            tag = f"agentissue-runner-variant:{variant}-pytest-{SESSION}"
+            DockerImage(path=VARIANTS_CONTEXT, tag=tag, clean_up=False,
+                        buildargs={"BASE_IMAGE": stub_image, "VARIANT": variant}).build()
+            built[variant] = tag
+        return built[variant]
+
+    yield build
+    for tag in built.values():
+        try:
+            docker_client.images.remove(tag, noprune=True)
+        except Exception:
+            pass

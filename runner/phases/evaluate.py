@@ -7,11 +7,21 @@ Invariants:
   official evaluation's ``apply && test`` does;
 - the patch goes in with ``put_archive``; no host directory is mounted;
 - only the official evaluation's placeholder credentials are set, never the host's;
-- resolved = the container's exit code, from the daemon, is 0: the gate exits
-  non-zero when apply fails, so 0 means apply 0 and test 0. The gate reports
-  apply's own exit code on a line tagged with a per-run nonce, before the test
-  starts; that only splits the record and the logs, it never decides the verdict.
-  The output strings give a second, separate verdict that never decides the first;
+- stdout and stderr stay apart all the way (the container has no TTY, so the
+  attach demultiplexes them), because the official verdict reads stdout alone;
+- resolved = the official score (``runner.verdict.official_verdict``): the
+  container's exit code, from the daemon, is 0 (the gate exits non-zero when
+  apply fails, so 0 means apply 0 and test 0), ``FAILED`` is not in stdout and a
+  success string is. The official command's stdout is apply's followed by the
+  test's, so both are read, in that order. The exit-code verdict is kept beside
+  it as its own field, and a disagreement is flagged;
+- the gate reports apply's own exit code on a line tagged with a per-run nonce,
+  on both streams, before the test starts; that only splits the records (the
+  line is in no log), it never decides a verdict;
+- a probe through the same network mode, started before the evaluation and
+  awaited before the verdict, records whether a container reaches the outside;
+  a tag whose profile needs the network, evaluated without it, is
+  ``verdict_untrusted``;
 - one deadline (``--eval-timeout``) covers apply and test; past it the
   container is killed; it is always removed.
 """
@@ -22,41 +32,92 @@ import io
 import secrets
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+import docker
 import structlog
+from docker.errors import DockerException
 from docker.types import LogConfig
+from requests.exceptions import RequestException
 
 from reducers.models import Phase
 from runner.atomic import open_private
 from runner.context import JobContext, PhaseResult, sha256_file
-from runner.docker_utils import managed_container, pumping_output, wait_main_process
+from runner.docker_utils import LABEL_PHASE, managed_container, pumping_output, wait_main_process
 from runner.errors import PhaseError
 from runner.settings import PATCH_IN_CONTAINER
-from runner.verdict import string_verdict
+from runner.verdict import official_verdict, string_verdict
 
 log = structlog.get_logger(__name__)
 
 # The placeholders AgentIssue-Bench's eval_patches.py sets; real host values never go in.
 PLACEHOLDER_ENV = {"OPENAI_API_KEY": "api-key", "OPENAI_API_BASE": "api-base-url"}
-# The container's own process: apply, then a status line, then the test in the gate's place,
-# each with stderr joined to stdout so that the output keeps its order around the line. One
-# process and no exec, signal or poll, which keeps the overhead near `docker run --rm`'s.
-# The nonce ($3) is made after codex has ended and is gone from the process table once the
-# test replaces the gate, so neither the patch nor the code under test can write a status
-# line the runner takes.
+# The container's own process: apply, then a status line (on stdout and on stderr, so that
+# each stream can be split at it), then the test in the gate's place. Neither stream is joined
+# to the other. One process and no exec, signal or poll, which keeps the overhead near
+# `docker run --rm`'s. The nonce ($3) is made after codex has ended and is gone from the
+# process table once the test replaces the gate, so neither the patch nor the code under test
+# can write a status line the runner takes.
 APPLY_STATUS = "runner-apply-exit"
 GATE_SCRIPT = (
-    'bash -c "$1" 2>&1; status=$?; echo "' + APPLY_STATUS + ':$3:$status"; '
-    '[ "$status" -eq 0 ] || exit "$status"; exec bash -c "$2" 2>&1'
+    'bash -c "$1"; status=$?; echo "' + APPLY_STATUS + ':$3:$status"; '
+    'echo "' + APPLY_STATUS + ':$3:$status" >&2; '
+    '[ "$status" -eq 0 ] || exit "$status"; exec bash -c "$2"'
 )
 # The output is read through an attach while the container runs; a log driver would only
 # keep a second, capped copy on the daemon's disk.
 NO_LOG_DRIVER = LogConfig(type=LogConfig.types.NONE)
-APPLY_LOG = "eval-apply.log"
-TEST_LOG = "eval-test.log"
+APPLY_LOG = "eval-apply.log"  # apply's stdout
+TEST_LOG = "eval-test.log"  # the test's stdout
+APPLY_STDERR_LOG = "eval-apply.stderr.log"
+TEST_STDERR_LOG = "eval-test.stderr.log"
+
+# The network probe: can a container of the image, in the evaluation's network mode, open a
+# TCP connection to the package index the tasks install from? bash's /dev/tcp needs no tool
+# the image may lack; exit 3 means the image cannot say (no bash or no timeout).
+NETWORK_PROBE_HOST, NETWORK_PROBE_PORT = "pypi.org", 443
+NETWORK_PROBE_SECONDS = 3
+NETWORK_PROBE_PHASE = "evaluate-network-probe"
+_NETWORK_PROBE_SCRIPT = (
+    'command -v bash >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || exit 3; '
+    'timeout "$3" bash -c \'exec 3<>"/dev/tcp/$0/$1"\' "$1" "$2" >/dev/null 2>&1 || exit 1'
+)
+
+
+@dataclass(frozen=True)
+class NetworkProbe:
+    reachable: bool | None  # None: the probe could not tell
+    detail: str  # reachable | unreachable | skipped_network_none | probe_unavailable | probe_failed
+
+
+def probe_network(client: docker.DockerClient, *, image_id: str, network: str, labels: dict[str, str]) -> NetworkProbe:
+    """Whether a container of ``image_id`` in ``network`` reaches the outside; never raises for a probe failure."""
+    if network == "none":
+        return NetworkProbe(reachable=False, detail="skipped_network_none")
+    try:
+        with managed_container(
+            client,
+            image=image_id,
+            labels=labels,
+            entrypoint=["/bin/sh", "-c", _NETWORK_PROBE_SCRIPT, "probe",
+                        NETWORK_PROBE_HOST, str(NETWORK_PROBE_PORT), str(NETWORK_PROBE_SECONDS)],
+            command=[],
+            network_mode=network,
+            log_config=NO_LOG_DRIVER,
+        ) as container:
+            container.start()
+            ended = wait_main_process(container, deadline=time.monotonic() + NETWORK_PROBE_SECONDS + 20)
+    except (DockerException, RequestException) as e:
+        log.warning("network_probe_failed", error_type=type(e).__name__)
+        return NetworkProbe(reachable=None, detail="probe_failed")
+    if ended.exit_code == 0:
+        return NetworkProbe(reachable=True, detail="reachable")
+    if ended.exit_code == 3:
+        return NetworkProbe(reachable=None, detail="probe_unavailable")
+    return NetworkProbe(reachable=False, detail="unreachable")
 
 
 @dataclass(frozen=True)
@@ -67,15 +128,24 @@ class EvaluateResult(PhaseResult):
     apply_exit_code: int | None = None
     test_exit_code: int | None = None
     timed_out: bool = False
-    resolved: bool = False
-    string_verdict: bool = False
+    resolved: bool = False  # the official score
+    exit_code_verdict: bool = False  # the runner's own: the container's exit code alone
+    string_verdict: bool = False  # the official rule's string part, on stdout alone
     verdicts_disagree: bool = False
+    apply_seconds: float | None = None
+    test_seconds: float | None = None
+    network_reachable: bool | None = None
+    network_probe: str = ""
+    needs_network: bool = False
+    verdict_untrusted: bool = False
     apply_log_sha256: str = ""
     test_log_sha256: str = ""
     patch_sha256: str = ""  # the patch this verdict belongs to: a resume re-evaluates any other
+    apply_stderr_log_sha256: str = ""
+    test_stderr_log_sha256: str = ""
 
 
-def _patch_archive(patch: Path) -> bytes:
+def _patch_archive(patch: Path | bytes) -> bytes:
     """A tar holding the patch's directory and the patch, to unpack at ``/``."""
     target = PurePosixPath(PATCH_IN_CONTAINER)
     buffer = io.BytesIO()
@@ -84,14 +154,19 @@ def _patch_archive(patch: Path) -> bytes:
         directory.type, directory.mode = tarfile.DIRTYPE, 0o755
         archive.addfile(directory)
         info = tarfile.TarInfo(str(target).lstrip("/"))
-        info.size, info.mode = patch.stat().st_size, 0o644
-        with patch.open("rb") as handle:
-            archive.addfile(info, handle)
+        info.mode = 0o644
+        if isinstance(patch, bytes):
+            info.size = len(patch)
+            archive.addfile(info, io.BytesIO(patch))
+        else:
+            info.size = patch.stat().st_size
+            with patch.open("rb") as handle:
+                archive.addfile(info, handle)
     return buffer.getvalue()
 
 
 class OutputSplitter:
-    """Routes the container's output to the apply log up to the gate's status line, then to the test log.
+    """Routes one output stream to the apply sink up to the gate's status line, then to the test sink.
 
     Any chunking works: a status line cut between chunks is still found, because a tail
     that could begin one is held back (a few dozen bytes) until the next chunk.
@@ -102,6 +177,7 @@ class OutputSplitter:
         self._apply, self._test = apply_sink, test_sink
         self._held = b""
         self.found = False
+        self.found_at: float | None = None  # time.monotonic() when the status line arrived
         self.apply_status: int | None = None
 
     def feed(self, chunk: bytes) -> None:
@@ -131,6 +207,7 @@ class OutputSplitter:
                 continue
             self._test.write(rest[end + 1 :])
             self._held, self.found, self.apply_status = b"", True, int(digits)
+            self.found_at = time.monotonic()
             return
 
     def close(self) -> None:
@@ -139,55 +216,158 @@ class OutputSplitter:
             self._held = b""
 
 
+@dataclass(frozen=True)
+class EvalSinks:
+    """Where the four records go: apply and test, stdout and stderr, each its own."""
+
+    apply_stdout: IO[bytes]
+    test_stdout: IO[bytes]
+    apply_stderr: IO[bytes]
+    test_stderr: IO[bytes]
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    container_exit_code: int | None
+    apply_exit_code: int | None
+    test_exit_code: int | None
+    timed_out: bool
+    apply_seconds: float | None
+    test_seconds: float | None
+
+    @property
+    def exit_code_verdict(self) -> bool:
+        return self.container_exit_code == 0 and not self.timed_out
+
+
+def run_apply_and_test(
+    client: docker.DockerClient,
+    *,
+    image_id: str,
+    labels: dict[str, str],
+    patch: Path | bytes,
+    apply_cmd: str,
+    test_cmd: str,
+    network: str,
+    timeout: float,
+    sinks: EvalSinks,
+) -> EvalRun:
+    """One evaluation container: the patch in, the gate run, the four records out, the container removed.
+
+    The one container mechanism of the runner's evaluations (the evaluate phase and the audit).
+
+    Raises:
+        ImageMissingError: the image is gone. DockerException: the daemon failed.
+    """
+    nonce = secrets.token_hex(16)
+    out = OutputSplitter(nonce, sinks.apply_stdout, sinks.test_stdout)
+    err = OutputSplitter(nonce, sinks.apply_stderr, sinks.test_stderr)
+
+    def feed(pair: tuple[bytes | None, bytes | None]) -> None:
+        stdout, stderr = pair
+        if stdout:
+            out.feed(stdout)
+        if stderr:
+            err.feed(stderr)
+
+    with managed_container(
+        client,
+        image=image_id,
+        labels=labels,
+        entrypoint=["/bin/sh", "-c", GATE_SCRIPT, "runner-gate", apply_cmd, test_cmd, nonce],
+        command=[],
+        environment=PLACEHOLDER_ENV,
+        network_mode=network,
+        log_config=NO_LOG_DRIVER,
+    ) as container:
+        container.put_archive("/", _patch_archive(patch))
+        with pumping_output(container, feed, demux=True):
+            container.start()
+            started = time.monotonic()
+            log.info("evaluate_container_started", timeout_seconds=timeout)
+            ended = wait_main_process(container, deadline=started + timeout)
+            finished = time.monotonic()
+        out.close()
+        err.close()
+    container_exit, timed_out = ended.exit_code, ended.timed_out
+    # Exit 0 is only reachable through a successful apply; otherwise the gate's line says which failed.
+    apply_exit = 0 if container_exit == 0 and not timed_out else out.apply_status
+    test_exit = container_exit if apply_exit == 0 and not timed_out else None
+    split_at = out.found_at
+    return EvalRun(
+        container_exit_code=container_exit,
+        apply_exit_code=apply_exit,
+        test_exit_code=test_exit,
+        timed_out=timed_out,
+        apply_seconds=round((split_at if split_at is not None else finished) - started, 3),
+        test_seconds=round(finished - split_at, 3) if split_at is not None else None,
+    )
+
+
 def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
     """Raises: ImageMissingError when the image is gone; PhaseError when the patch is missing."""
     settings, job = ctx.settings, ctx.job
     if not job.patch.is_file():
         raise PhaseError("evaluate", "patch_missing", f"{job.relative(job.patch)} is missing; rerun the patch phase")
     client = ctx.docker()
-    apply_log, test_log = job.logs / APPLY_LOG, job.logs / TEST_LOG
-    nonce = secrets.token_hex(16)
+    network = settings.eval_network.value
+    profile = settings.profile
+    needs_network = bool(profile and profile.needs_network)
+    logs = {name: job.logs / name for name in (APPLY_LOG, TEST_LOG, APPLY_STDERR_LOG, TEST_STDERR_LOG)}
+    # The probe starts first, in its own container (its own phase label, so that a half-made
+    # container of one is never taken for the other), and runs beside the evaluation: its answer
+    # is in hand before the verdict is recorded, and a blackholed network costs no wall time.
+    probe_labels = {**ctx.labels(Phase.EVALUATE), LABEL_PHASE: NETWORK_PROBE_PHASE}
     with (
-        open_private(apply_log) as apply_sink,  # truncated, and never a link the agent planted
-        open_private(test_log) as test_sink,
-        managed_container(
-            client,
-            image=image_id,
-            labels=ctx.labels(Phase.EVALUATE),
-            entrypoint=["/bin/sh", "-c", GATE_SCRIPT, "runner-gate", settings.apply_cmd, settings.test_cmd, nonce],
-            command=[],
-            environment=PLACEHOLDER_ENV,
-            network_mode=settings.eval_network.value,
-            log_config=NO_LOG_DRIVER,
-        ) as container,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="network-probe") as pool,
+        open_private(logs[APPLY_LOG]) as apply_out,  # truncated, and never a link the agent planted
+        open_private(logs[TEST_LOG]) as test_out,
+        open_private(logs[APPLY_STDERR_LOG]) as apply_err,
+        open_private(logs[TEST_STDERR_LOG]) as test_err,
     ):
         patch_sha256 = sha256_file(job.patch)  # only the runner writes Patches/ once codex has ended
-        container.put_archive("/", _patch_archive(job.patch))
-        splitter = OutputSplitter(nonce, apply_sink, test_sink)
-        with pumping_output(container, splitter.feed):
-            container.start()
-            log.info("evaluate_container_started", timeout_seconds=settings.eval_timeout)
-            ended = wait_main_process(container, deadline=time.monotonic() + settings.eval_timeout)
-        splitter.close()
-    container_exit, timed_out = ended.exit_code, ended.timed_out
-    # Exit 0 is only reachable through a successful apply; otherwise the gate's line says which failed.
-    apply_exit = 0 if container_exit == 0 and not timed_out else splitter.apply_status
-    test_exit = container_exit if apply_exit == 0 and not timed_out else None
-    resolved = container_exit == 0 and not timed_out
-    log.info("evaluate_finished", apply_exit_code=apply_exit, test_exit_code=test_exit, timed_out=timed_out)
-    by_strings = string_verdict([apply_log, test_log])
+        probing = pool.submit(probe_network, client, image_id=image_id, network=network, labels=probe_labels)
+        run = run_apply_and_test(
+            client,
+            image_id=image_id,
+            labels=ctx.labels(Phase.EVALUATE),
+            patch=job.patch,
+            apply_cmd=settings.apply_cmd,
+            test_cmd=settings.test_cmd,
+            network=network,
+            timeout=settings.eval_timeout,
+            sinks=EvalSinks(apply_out, test_out, apply_err, test_err),
+        )
+        probe = probing.result()
+    log.info("network_probed", network=network, reachable=probe.reachable, detail=probe.detail)
+    stdout_logs = [logs[APPLY_LOG], logs[TEST_LOG]]  # the official command's stdout, in order
+    by_exit = run.exit_code_verdict
+    by_strings = string_verdict(stdout_logs)
+    official = official_verdict(None if run.timed_out else run.container_exit_code, stdout_logs)
+    untrusted = needs_network and probe.reachable is not True
+    log.info("evaluate_finished", apply_exit_code=run.apply_exit_code, test_exit_code=run.test_exit_code,
+             timed_out=run.timed_out, resolved=official, exit_code_verdict=by_exit, verdict_untrusted=untrusted)
     return EvaluateResult(
-        exit_code=test_exit,
-        reason="eval_timeout" if timed_out else "ok",
+        exit_code=run.test_exit_code,
+        reason="eval_timeout" if run.timed_out else "ok",
         image_id=image_id,
-        network=settings.eval_network.value,
-        apply_exit_code=apply_exit,
-        test_exit_code=test_exit,
-        timed_out=timed_out,
-        resolved=resolved,
+        network=network,
+        apply_exit_code=run.apply_exit_code,
+        test_exit_code=run.test_exit_code,
+        timed_out=run.timed_out,
+        resolved=official,
+        exit_code_verdict=by_exit,
         string_verdict=by_strings,
-        verdicts_disagree=by_strings != resolved,
-        apply_log_sha256=sha256_file(apply_log),
-        test_log_sha256=sha256_file(test_log),
+        verdicts_disagree=by_exit != by_strings,  # covers exit 0 with the official rule failing
+        apply_seconds=run.apply_seconds,
+        test_seconds=run.test_seconds,
+        network_reachable=probe.reachable,
+        network_probe=probe.detail,
+        needs_network=needs_network,
+        verdict_untrusted=untrusted,
+        apply_log_sha256=sha256_file(logs[APPLY_LOG]),
+        test_log_sha256=sha256_file(logs[TEST_LOG]),
+        apply_stderr_log_sha256=sha256_file(logs[APPLY_STDERR_LOG]),
+        test_stderr_log_sha256=sha256_file(logs[TEST_STDERR_LOG]),
         patch_sha256=patch_sha256,
     )

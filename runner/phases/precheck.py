@@ -22,7 +22,7 @@ from reducers.models import Phase
 from runner.codex_config import OPENAI_KEY_VARIABLES, active_provider, operator_home, resolve_codex_home
 from runner.context import JobContext, PhaseResult
 from runner.docker_utils import connect, daemon_gone, ensure_image, image_identity, managed_container
-from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError
+from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError, UnscorableError
 from runner.settings import RunnerSettings
 
 VERSION_TIMEOUT = 30
@@ -39,12 +39,20 @@ _PROBE_BITS = {
     "entrypoint_knows_apply_patch": (2, "the apply script has no apply_patch) branch; check --apply-cmd"),
     "entrypoint_knows_test_patched": (4, "the test script has no test_patched) branch; check --test-cmd"),
 }
-CHECK_NAMES = ("codex_binary", "codex_login", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS)
 # Only a program name and a version number are taken from `codex --version`: anything else on
 # that line (a token a wrapper prints, say) would reach the marker and the report, and a
 # secret-looking value there made the public guard refuse every public file of the run.
 _VERSION_NAME = re.compile(r"codex[a-z-]{0,10}")
 _VERSION_NUMBER = re.compile(r"(?<![\w.+-])\d{1,4}\.\d{1,4}(?:\.\d{1,6})?(?:-[a-z]{1,12}(?:\.?\d{1,4})?)?(?![\w.+-])")
+# The reason label each layout failure gives, when the image itself says the tag cannot be scored.
+_PROBE_REFUSALS = {
+    "image_has_source_dir": "layout_unsupported: no source dir",
+    "entrypoint_knows_apply_patch": "layout_unsupported: no apply_patch",
+    "entrypoint_knows_test_patched": "layout_unsupported: no test_patched",
+}
+# What --allow-unscorable may override: not a missing tree, which nothing could extract.
+_OVERRIDABLE = frozenset({"entrypoint_knows_apply_patch", "entrypoint_knows_test_patched", "tag_scorable"})
+CHECK_NAMES = ("codex_binary", "codex_login", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS, "tag_scorable")
 _VERSION_TEXT = re.compile(r"[^A-Za-z0-9 ._+-]")
 
 
@@ -54,6 +62,7 @@ class Check(BaseModel):
     name: str
     ok: bool
     detail: str
+    refusal: str | None = None  # the reason label, when the failure means the tag cannot be scored
 
 
 class PrecheckReport(BaseModel):
@@ -63,6 +72,9 @@ class PrecheckReport(BaseModel):
     checks: list[Check]
     codex_version: str | None = None
     image_id: str | None = None
+    tag_profile: str | None = None
+    refusal: str | None = None
+    unscorable_override: bool = False
 
     def first_failure(self) -> Check | None:
         return next((check for check in self.checks if not check.ok), None)
@@ -74,6 +86,9 @@ class PrecheckResult(PhaseResult):
     codex_version: str | None = None
     image_id: str | None = None
     checks_passed: int = 0
+    tag_profile: str | None = None
+    refusal: str | None = None
+    unscorable_override: bool = False
 
 
 def codex_version(codex_bin: str) -> str:
@@ -211,8 +226,46 @@ def _docker_checks(
     for name, (bit, problem) in _PROBE_BITS.items():
         ok = not bits & bit
         detail = "not probed: the command calls no entry script subcommand" if unprobed.get(name) else "yes"
-        checks.append(Check(name=name, ok=ok, detail=detail if ok else problem))
+        checks.append(Check(name=name, ok=ok, detail=detail if ok else problem,
+                            refusal=None if ok else _PROBE_REFUSALS[name]))
     return checks, image_id
+
+
+def layout_refusal(
+    client: docker.DockerClient, settings: RunnerSettings, image_id: str, labels: dict[str, str]
+) -> str | None:
+    """The reason label when the image's layout cannot be evaluated with ``settings``, else None."""
+    bits = _probe_layout(client, settings, image_id, labels)
+    return next((_PROBE_REFUSALS[name] for name, (bit, _) in _PROBE_BITS.items() if bits & bit), None)
+
+
+def _scorable_check(settings: RunnerSettings) -> Check:
+    """Does the tag's profile say it cannot be scored at all (whatever the image holds)?"""
+    profile = settings.profile
+    if profile is None:
+        return Check(name="tag_scorable", ok=True, detail="no profile for this tag: the runner's defaults")
+    refusal = profile.refusal
+    if refusal is None:
+        return Check(name="tag_scorable", ok=True, detail=f"profile {profile.name}: scorable")
+    return Check(
+        name="tag_scorable",
+        ok=False,
+        detail=f"profile {profile.name}: cannot be scored ({refusal}); pass --allow-unscorable to evaluate it anyway",
+        refusal=refusal,
+    )
+
+
+def _apply_override(checks: list[Check], allow: bool) -> tuple[list[Check], str | None, bool]:
+    """(checks, first refusal, overridden): --allow-unscorable turns an overridable refusal into a pass."""
+    refusal = next((c.refusal for c in checks if not c.ok and c.refusal), None)
+    if not allow or refusal is None:
+        return checks, refusal, False
+    out = [
+        Check(name=c.name, ok=True, detail=f"overridden by --allow-unscorable: {c.refusal}", refusal=c.refusal)
+        if not c.ok and c.refusal and c.name in _OVERRIDABLE else c
+        for c in checks
+    ]
+    return out, refusal, True
 
 
 def run_precheck(
@@ -251,8 +304,14 @@ def run_precheck(
     finally:
         if own_client and client is not None:
             client.close()
+    checks.append(_scorable_check(settings))
+    checks, refusal, overridden = _apply_override(checks, settings.allow_unscorable)
     healthy = all(check.ok for check in checks) and [c.name for c in checks] == list(CHECK_NAMES)
-    return PrecheckReport(healthy=healthy, checks=checks, codex_version=version, image_id=image_id)
+    profile = settings.profile
+    return PrecheckReport(
+        healthy=healthy, checks=checks, codex_version=version, image_id=image_id,
+        tag_profile=profile.name if profile else None, refusal=refusal, unscorable_override=overridden,
+    )
 
 
 def precheck(ctx: JobContext) -> PrecheckResult:
@@ -267,8 +326,12 @@ def precheck(ctx: JobContext) -> PrecheckResult:
         client = None  # reported by the docker_daemon check, with the others
     report = run_precheck(ctx.settings, labels=ctx.labels(Phase.PRECHECK), client=client)
     failed = report.first_failure()
+    if failed is not None and failed.refusal:
+        raise UnscorableError(failed.detail, reason=f"precheck_{failed.name}", refusal=failed.refusal,
+                              tag_profile=report.tag_profile)
     if failed is not None:
         raise EnvironmentNotReadyError(failed.detail, reason=f"precheck_{failed.name}")
     return PrecheckResult(
-        codex_version=report.codex_version, image_id=report.image_id, checks_passed=len(report.checks)
+        codex_version=report.codex_version, image_id=report.image_id, checks_passed=len(report.checks),
+        tag_profile=report.tag_profile, refusal=report.refusal, unscorable_override=report.unscorable_override,
     )

@@ -43,7 +43,9 @@ def test_execute_resolves_and_writes_safe_compact_files(job_root: Path, stub_ima
     assert "runner-apply-exit" not in apply_log + test_log
     assert run["changed_file_count"] == 2 and run["added_file_count"] == 1
     assert run["image_id"].startswith("sha256:") and run["validation"]["selected_image_only"] is True
-    assert set(run["log_sha256"]) == {"codex_stdout", "codex_stderr", "eval_apply", "eval_test"}
+    assert set(run["log_sha256"]) == {
+        "codex_stdout", "codex_stderr", "eval_apply", "eval_test", "eval_apply_stderr", "eval_test_stderr"
+    }
     assert set(run["phase_durations_seconds"]) == set(PHASES) - {"reduce"}
     prompt_chars = len((job_root / "context" / "prompt.md").read_text())
     assert run["metrics"] == {

@@ -20,6 +20,7 @@ CHECKS = [
     "image_has_source_dir",
     "entrypoint_knows_apply_patch",
     "entrypoint_knows_test_patched",
+    "tag_scorable",
 ]
 
 
