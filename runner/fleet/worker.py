@@ -43,6 +43,8 @@ from structlog.contextvars import bound_contextvars
 from reducers.compact import BenchmarkRun
 from runner.atomic import write_bytes_atomic
 from runner.batch import child_argv, run_task_process
+from runner.fleet.views import WorkerStatusSource
+from runner.views.server import BackgroundServer, http_address
 from runner.docker_utils import connect, sweep_strays
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, RunnerError
 from runner.fleet.broker import (
@@ -234,6 +236,7 @@ class WorkerOptions:
     check_interval: float = 30.0
     max_infra_retries: int = DEFAULT_INFRA_RETRIES
     retry_backoff: float = 15.0
+    http: str | None = None  # HOST:PORT of the views (/healthz, /metrics, /); off by default
 
     def validate(self) -> None:
         if not 1 <= self.slots <= 64:
@@ -251,6 +254,8 @@ class WorkerOptions:
             raise BadInputError("--jobs-dir must be a path of letters, digits and '_ . @ + / ~ -', without spaces")
         if not self.jobs_dir.is_dir():
             raise BadInputError("--jobs-dir does not exist; create it first")
+        if self.http is not None:
+            http_address(self.http)  # refuses a malformed address before anything starts
 
 
 class FleetWorker:
@@ -504,6 +509,23 @@ class FleetWorker:
             client.close()
         log.info("stray_containers_swept", removed=removed, kept_live=kept)
 
+    def _start_views(self) -> BackgroundServer | None:
+        """``--http``: health, metrics and the status page of every suite, on a daemon thread."""
+        if self.options.http is None:
+            return None
+        host, port = http_address(self.options.http)
+        try:
+            views = BackgroundServer(
+                WorkerStatusSource(self.state, self.redis, self.keys), host, port,
+                title=f"runner worker {self.options.name}",
+                private_texts=[str(self.options.jobs_dir), self.options.broker],
+                counted_host=self.options.name,
+            ).__enter__()
+        except OSError as e:
+            raise BadInputError(f"--http {self.options.http}: cannot listen there ({e.strerror or type(e).__name__})") from e
+        log.info("views_serving", address=self.options.http)
+        return views
+
     def serve(self) -> int:
         """Run until drained; returns the exit code."""
         signals = {"count": 0}
@@ -515,6 +537,7 @@ class FleetWorker:
         signal.signal(signal.SIGINT, on_signal)
         self._sweep()
         self._check_host()
+        views = self._start_views()
         worker = dramatiq.Worker(self.broker, queues=set(self.options.queues), worker_threads=self.options.slots,
                                  worker_timeout=500)
         # Prefetch counts running messages: with one per slot, a busy host holds no message
@@ -556,6 +579,8 @@ class FleetWorker:
             except redis.RedisError:
                 pass
             self.broker.close()
+            if views is not None:
+                views.__exit__(None, None, None)
         log.info("worker_stopped", finished=self.state.finished)
         print(json.dumps({"mode": "worker", "name": self.options.name, "finished": self.state.finished,
                           "interrupted": interrupted}, sort_keys=True))
@@ -603,6 +628,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--retry-backoff", type=float, default=15.0, metavar="SECONDS", help="first retry delay (default 15)")
     parser.add_argument("--codex-bin", default=os.environ.get("CODEX_BIN", "codex"), help="codex executable (env CODEX_BIN)")
     parser.add_argument("--name", default=socket.gethostname(), help="this host's name in the ledger (default: hostname)")
+    parser.add_argument("--http", metavar="HOST:PORT",
+                        help="serve /healthz, /metrics and a status page there (off by default; keep it on loopback)")
     parser.add_argument("--namespace", default=os.environ.get("RUNNER_FLEET_NAMESPACE", DEFAULT_NAMESPACE),
                         help="prefix of every Redis key (env RUNNER_FLEET_NAMESPACE)")
     return parser
@@ -619,6 +646,7 @@ def main(argv: list[str]) -> int:
         namespace=args.namespace, name=args.name, codex_bin=args.codex_bin,
         heartbeat_timeout=args.heartbeat_timeout, grace=args.grace, min_free_gb=args.min_free_gb,
         check_interval=args.check_interval, max_infra_retries=args.max_infra_retries, retry_backoff=args.retry_backoff,
+        http=args.http,
     )
     try:
         return FleetWorker(options).serve()

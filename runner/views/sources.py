@@ -7,6 +7,7 @@ Invariant: only public files are read (``run-ledger.json`` and each task's
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import structlog
@@ -85,17 +86,16 @@ def rows_from_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> list[Task
     return sorted((_task_row(jobs_dir, row, suite) for row in ledger.rows.values()), key=lambda r: r.key)
 
 
-def rows_from_suite(broker_url: str, suite: str) -> list[TaskRow]:
+def rows_from_suite(broker_url: str, suite: str, namespace: str | None = None) -> list[TaskRow]:
     """One row per task and attempt of a daemon suite, from its ledger on the broker.
 
-    The seam for the worker package (issue 12): it maps the suite ledger's rows to
-    ``TaskRow``. Until it is wired, it refuses clearly.
-
     Raises:
-        BadInputError: always, in a build without the worker package.
+        BrokerUnavailableError: the broker does not answer (exit 3).
+        BadInputError: the suite name is not a safe label.
     """
-    raise BadInputError(
-        "report --suite/--broker needs the worker package (the runner daemon), which this build does not have; "
-        "for a local batch use --jobs-dir DIR",
-        reason="worker_package_missing",
-    )
+    from runner.fleet.broker import DEFAULT_NAMESPACE
+    from runner.fleet.messages import check_suite
+    from runner.fleet.views import rows_from_broker
+
+    namespace = namespace or os.environ.get("RUNNER_FLEET_NAMESPACE", DEFAULT_NAMESPACE)
+    return rows_from_broker(broker_url, check_suite(suite), namespace)

@@ -416,3 +416,49 @@ def test_cancel_drops_queued_tasks_and_interrupts_running_ones(fleet: Fleet, doc
     assert runner_containers(docker_client) == []
     code, _stdout, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]
+
+
+def test_worker_http_serves_health_metrics_and_the_status_page_and_report_reads_the_suite(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Issue 13 wired to the daemon: ``worker --http`` and ``report --suite --broker``."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fleet.prompt("t_fix", "Fix calc.add. planted-prompt-text\nfake-codex-mode: fix\n")
+    worker = fleet.worker("host-a", fleet.jobs("host-a"), "--http", f"127.0.0.1:{port}")
+    assert fleet.submit("views", "--tag", "t_fix").returncode == 0
+    fleet.wait_state("views", "t_fix/1", "done")
+    base = f"http://127.0.0.1:{port}"
+
+    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as answer:
+        health = json.loads(answer.read())
+        assert answer.status == 200
+    assert {check["name"] for check in health["checks"]} >= {"docker_daemon", "codex_login", "broker"}
+    metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(metrics) for s in family.samples}
+    assert samples[("runner_tasks", (("state", "done"),))] >= 1
+    assert samples[("runner_tasks_resolved_total", ())] >= 1
+    page = urllib.request.urlopen(f"{base}/", timeout=10).read().decode()
+    assert "t_fix" in page and "host-a" in page
+    for private in ("planted-prompt-text", str(fleet.jobs("host-a")), fleet.url):
+        assert private not in page and private not in metrics
+
+    out = tmp_path / "report.md"
+    report = run_cli("report", "--suite", "views", "--broker", fleet.url, "--out", str(out), "--format", "markdown",
+                     env={"RUNNER_FLEET_NAMESPACE": fleet.namespace})
+    assert report.returncode == 0, report.stderr
+    text = out.read_text()
+    assert "t_fix" in text and "planted-prompt-text" not in text
+
+    code, _out, _err = fleet.stop(worker)
+    assert code == 0
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"{base}/healthz", timeout=5)

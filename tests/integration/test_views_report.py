@@ -55,8 +55,10 @@ def test_report_refuses_bad_input_clearly(jobs_dir: Path, tmp_path: Path) -> Non
     empty.mkdir()
     no_ledger = run_cli("report", "--jobs-dir", str(empty), "--out", str(out))
     assert no_ledger.returncode == 2 and "has no run-ledger.json" in no_ledger.stderr
-    suite = run_cli("report", "--suite", "s", "--broker", "redis://127.0.0.1:6379/0", "--out", str(out))
-    assert suite.returncode == 2 and "needs the worker package" in suite.stderr
+    suite = run_cli("report", "--suite", "s", "--broker", "redis://127.0.0.1:1/0", "--out", str(out))
+    assert suite.returncode == 3 and "does not answer" in suite.stderr
+    unsafe = run_cli("report", "--suite", "s;id", "--broker", "redis://127.0.0.1:1/0", "--out", str(out))
+    assert unsafe.returncode == 2 and ";id" not in unsafe.stderr
     assert not out.exists()
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()

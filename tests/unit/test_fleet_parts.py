@@ -91,7 +91,7 @@ def test_worker_state_is_what_a_view_reads() -> None:
     snapshot = state.snapshot()
     assert snapshot["accepting"] is False and snapshot["draining"] is True
     assert snapshot["slots"] == 2 and snapshot["free"] == 2 and snapshot["busy"] == 0
-    assert snapshot["checks"] == [{"name": "docker_daemon", "ok": True, "detail": "yes"}]
+    assert snapshot["checks"] == [{"name": "docker_daemon", "ok": True, "detail": "yes", "refusal": None}]
     json.dumps(snapshot)  # JSON-ready for an HTTP view
     state.finish_task("s/t/1", _row("t", TaskState.DONE, True))
     assert seen == ["task_finished"] and state.snapshot()["finished"] == {"done": 1}

