@@ -282,8 +282,8 @@ def run_apply_and_test(
     ) as container:
         container.put_archive("/", _patch_archive(patch))
         with pumping_output(container, feed, demux=True):
+            started = time.monotonic()  # before start: its output can be read before start() returns
             container.start()
-            started = time.monotonic()
             log.info("evaluate_container_started", timeout_seconds=timeout)
             ended = wait_main_process(container, deadline=started + timeout)
             finished = time.monotonic()
