@@ -172,6 +172,7 @@ class BenchmarkRun(_Frozen):
     sensitive_file_count: int
     artifact_files_left_out: int = 0
     infra_failure: bool = False
+    source_from_cache: bool = False  # buggy-source/ was checked out of the host's extraction cache
     patched_exit_code: int | None
     apply_exit_code: int | None
     official_task_score: OfficialScore
@@ -311,6 +312,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
         sensitive_file_count=_int(_detail(markers, Phase.PATCH, "sensitive_file_count")),
         artifact_files_left_out=_int(_detail(markers, Phase.PATCH, "artifact_files_left_out")),
         infra_failure=infra_failure,
+        source_from_cache=_detail(markers, Phase.EXTRACT, "from_cache") is True,
         patched_exit_code=test_exit,
         apply_exit_code=apply_exit,
         official_task_score=score,

@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="maintenance: remove runner containers whose run died on this host (live runs are kept)",
     )
     mode.add_argument("--list-tags", action="store_true", help="print the profile of every known tag and exit")
+    mode.add_argument(
+        "--cache", choices=["list", "prune"],
+        help="the host's extraction cache: list its entries, or prune it to --cache-max-gb",
+    )
     parser.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
     parser.add_argument(
         "--tag", action="append", help="AgentIssue-Bench tag (env TAG; default lagent_239); repeat it for a batch"
@@ -63,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tags-file", type=Path, help="batch: one tag a line, '#' comments")
     parser.add_argument("--jobs-dir", type=Path, help="batch: one job root per tag, DIR/<tag>, prompts at DIR/<tag>/context/prompt.md")
     parser.add_argument("--workers", type=int, help="batch: tasks run at once (default 1)")
+    parser.add_argument(
+        "--cache-max-gb", type=float, metavar="GB",
+        help="the extraction cache's size bound; least recently used entries go (env RUNNER_CACHE_MAX_GB; "
+        "default 20; 0 turns the cache off)",
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path,
+        help="the extraction cache's directory (env RUNNER_CACHE_DIR; default <state dir>/extract-cache)",
+    )
     parser.add_argument("--image", help="task image (env IMAGE; default alfin06/agentissue-bench:<tag>)")
     parser.add_argument("--codex-bin", help="codex executable (env CODEX_BIN; default codex)")
     parser.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
@@ -140,6 +153,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
             "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
             "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format", "state_dir", "agent_user",
             "model", "codex_profile", "codex_home", "canary_base_image", "allow_unscorable",
+            "cache_dir", "cache_max_gb",
         )
     }
     for key in ("codex_config", "patch_exclude"):
@@ -155,7 +169,7 @@ def _settings_from(args: argparse.Namespace) -> RunnerSettings:
 
 
 def _mode(args: argparse.Namespace, settings: RunnerSettings) -> str:
-    for name in ("precheck", "execute", "reduce", "sweep", "list_tags"):
+    for name in ("precheck", "execute", "reduce", "sweep", "list_tags", "cache"):
         if getattr(args, name):
             return name
     return "precheck" if settings.precheck_only else "plan"
@@ -238,6 +252,27 @@ def _sweep(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return {"mode": "sweep", "removed": removed, "kept_live": kept}, ExitCode.COMPLETED
 
 
+def _cache(settings: RunnerSettings, action: str) -> tuple[dict[str, Any], int]:
+    """List or prune the extraction cache: hashes, sizes and counts only (no host path)."""
+    from runner.extraction_cache import ExtractionCache
+
+    cache = ExtractionCache.under(
+        settings.state_dir or default_state_dir(), max_gb=settings.cache_max_gb, cache_dir=settings.cache_dir
+    )
+    removed = cache.prune() if action == "prune" else []
+    entries = cache.entries()
+    report = {
+        "mode": "cache",
+        "action": action,
+        "max_bytes": cache.max_bytes,
+        "total_bytes": sum(item.disk_bytes for item in entries),
+        "entry_count": len(entries),
+        "entries": [item.public() for item in entries],
+        "removed": removed,
+    }
+    return report, ExitCode.COMPLETED
+
+
 def _list_tags(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     rows = list_tags()
     return {"mode": "list-tags", "count": len(rows), "tags": rows}, ExitCode.COMPLETED
@@ -287,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             report, code = _batch(args, settings)
         elif mode == "plan":
             report, code = build_plan(settings), ExitCode.COMPLETED
+        elif mode == "cache":
+            report, code = _cache(settings, args.cache)
         else:
             report, code = MODES[mode](settings)
     except RunnerError as e:

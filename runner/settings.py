@@ -94,6 +94,11 @@ class RunnerSettings(BaseSettings):
     job_root: Path | None = Field(None, validation_alias=_env("job_root", "JOB_ROOT"))
     # Where the runner keeps its own record of each job root, outside every job root.
     state_dir: Path | None = Field(None, validation_alias=_env("state_dir", "RUNNER_STATE_DIR"))
+    # The extraction cache (host-wide, outside every job root): where, and how large at most (0: off).
+    cache_dir: Path | None = Field(None, validation_alias=_env("cache_dir", "RUNNER_CACHE_DIR"))
+    cache_max_gb: float = Field(
+        20.0, ge=0, le=1_000_000, allow_inf_nan=False, validation_alias=_env("cache_max_gb", "RUNNER_CACHE_MAX_GB")
+    )
     # An unprivileged user the agent runs as (the runner must be root): it can write only buggy-source/.
     agent_user: str | None = Field(None, validation_alias=_env("agent_user", "RUNNER_AGENT_USER"))
     model: str | None = Field(None, validation_alias=_env("model", "RUNNER_MODEL"))
@@ -134,7 +139,7 @@ class RunnerSettings(BaseSettings):
             raise ValueError("must be an absolute path inside the image, without '..' or spaces")
         return value.rstrip("/")
 
-    @field_validator("job_root")
+    @field_validator("job_root", "cache_dir")
     @classmethod
     def _job_root_is_plain(cls, value: Path | None) -> Path | None:
         if value is not None and (not SAFE_HOST_PATH.fullmatch(str(value)) or ".." in value.parts):

@@ -36,6 +36,10 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 # The runner's journals (its own record of each job root) go to a directory of this session.
 STATE_DIR = Path(tempfile.mkdtemp(prefix=f"runner-state-{SESSION}-"))
 os.environ["RUNNER_STATE_DIR"] = str(STATE_DIR)
+# The extraction cache is on by default for operators. Here it is off unless a test is about it
+# (tests/integration/test_extraction_cache.py turns it on): the other tests assert on a real
+# extraction from the image, and a cache filled by an earlier test would answer for it.
+os.environ["RUNNER_CACHE_MAX_GB"] = "0"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -16,6 +16,7 @@ from git import BadName, InvalidGitRepositoryError, NoSuchPathError
 from reducers.models import Phase
 from runner.context import JobContext, PhaseResult
 from runner.errors import PhaseError
+from runner.jobroot import JobRoot
 from runner.gitops import BASELINE_MESSAGE, give_agent_a_repository, init_baseline, open_baseline
 
 
@@ -26,13 +27,13 @@ class BaselineResult(PhaseResult):
     tracked_file_count: int = 0
 
 
-def _existing_baseline(ctx: JobContext) -> str | None:
+def _existing_baseline(job: JobRoot) -> str | None:
     """The commit of a whole baseline left by an earlier run, or None (half-made ones are removed)."""
-    git_dir = ctx.job.baseline_git_dir
+    git_dir = job.baseline_git_dir
     if not git_dir.exists():
         return None
     try:
-        head = open_baseline(git_dir, ctx.job.buggy_source).head.commit
+        head = open_baseline(git_dir, job.buggy_source).head.commit
         if head.message.strip() == BASELINE_MESSAGE and not head.parents:
             return head.hexsha
     except (InvalidGitRepositoryError, NoSuchPathError, BadName, ValueError):
@@ -41,18 +42,28 @@ def _existing_baseline(ctx: JobContext) -> str | None:
     return None
 
 
-def baseline(ctx: JobContext) -> BaselineResult:
-    """Raises: PhaseError ``empty_source`` when there is no extracted tree to commit."""
-    job = ctx.job
+def build_baseline(job: JobRoot) -> str:
+    """The baseline commit of ``buggy-source/``: a whole one left by an earlier run, or a new one.
+
+    Raises: PhaseError ``empty_source`` when there is no extracted tree to commit.
+    """
     source = job.buggy_source
     if not source.is_dir() or not any(entry.name != ".git" for entry in source.iterdir()):
         raise PhaseError("baseline", "empty_source", "buggy-source/ is missing or empty; rerun extract")
-    commit = _existing_baseline(ctx)
+    commit = _existing_baseline(job)
     if commit is None:
         repo = init_baseline(job.baseline_git_dir, source)
         repo.git.add("--all")  # git itself does the heavy adding; .gitignore is respected
         repo.git.commit("--no-verify", "--allow-empty", "-q", "-m", BASELINE_MESSAGE)
-    repo = open_baseline(job.baseline_git_dir, source)
-    give_agent_a_repository(repo, job.baseline_git_dir, source)
+        commit = repo.head.commit.hexsha
+    return commit
+
+
+def baseline(ctx: JobContext) -> BaselineResult:
+    """Raises: PhaseError ``empty_source`` when there is no extracted tree to commit."""
+    job = ctx.job
+    build_baseline(job)
+    repo = open_baseline(job.baseline_git_dir, job.buggy_source)
+    give_agent_a_repository(repo, job.baseline_git_dir, job.buggy_source)
     tracked = repo.git.ls_files("-z").count("\0")
     return BaselineResult(baseline_commit=repo.head.commit.hexsha, tracked_file_count=tracked)

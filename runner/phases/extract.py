@@ -24,10 +24,13 @@ from runner.docker_utils import (
     managed_container,
 )
 from runner.errors import BadInputError, PhaseError, SourceDirMissingError
+from runner.extraction_cache import CacheEntryError, EntryRecord, ExtractionCache, TreeStats, cache_key
 from runner.faults import crash_point
 from runner.jobroot import BUGGY_SOURCE
+from runner.journal import default_state_dir
+from runner.phases.baseline import build_baseline
 from runner.safe_extract import extract_tree
-from runner.settings import SAFE_CONTAINER_PATH
+from runner.settings import SAFE_CONTAINER_PATH, RunnerSettings
 from runner.trees import remove_tree
 
 log = structlog.get_logger(__name__)
@@ -48,6 +51,7 @@ class ExtractResult(PhaseResult):
     byte_count: int = 0
     oracle_entries_skipped: int = 0
     oracle_entries_extracted: int = 0
+    from_cache: bool = False
 
 
 def _refuse_occupied(target: Path) -> None:
@@ -59,7 +63,12 @@ def _refuse_occupied(target: Path) -> None:
 
 
 def extract(ctx: JobContext) -> ExtractResult:
-    """Raises: BadInputError, EnvironmentNotReadyError (source dir missing), PhaseError (empty tree)."""
+    """Raises: BadInputError, EnvironmentNotReadyError (source dir missing), PhaseError (empty tree).
+
+    With the extraction cache on, a miss also commits the baseline here (the baseline
+    phase then finds it), so the entry is filled under its key's lock before anyone
+    else reads it; a hit checks the entry out without Docker.
+    """
     settings, job = ctx.settings, ctx.job
     target = job.buggy_source
     if ctx.journal is not None and ctx.journal.extraction_was_placing():
@@ -67,11 +76,107 @@ def extract(ctx: JobContext) -> ExtractResult:
         log.warning("unrecorded_extraction_removed", action="extracting again")
         remove_tree(target)
     _refuse_occupied(target)
-    client = ctx.docker()
-    image = ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull)
-    image_id, digest = image_identity(image)
     for stale in job.root.glob(f"{SCRATCH_PREFIX}*"):
         remove_tree(stale)  # left by a run that died mid-extraction
+    if job.baseline_git_dir.exists():
+        remove_tree(job.baseline_git_dir)  # of an extraction never recorded: made again with the tree
+    cache = extraction_cache(settings)
+    if cache is None:
+        return _from_image(ctx, *_image(ctx))
+    recorded = _recorded_image(ctx)
+    image_id, digest = recorded or _image(ctx)
+    key = cache_key(image_id, settings.source_dir)
+    with cache.locked(key):
+        record = cache.lookup(key)
+        if record is not None:
+            try:
+                return _from_cache(ctx, cache, key, record, digest)
+            except CacheEntryError as e:
+                log.warning("cache_entry_discarded", key=key[:12], reason=str(e))
+                cache.discard(key)
+                _clear(ctx)
+        if recorded is not None:
+            image_id_now, digest = _image(ctx)  # a miss needs Docker anyway: extract what the tag is now
+        else:
+            image_id_now = image_id
+        result = _from_image(ctx, image_id_now, digest)
+        if image_id_now != image_id:  # the tag moved since precheck: the baseline phase commits as usual
+            return result
+        build_baseline(ctx.job)
+        cache.store(
+            key, image_id=image_id, source_dir=settings.source_dir, baseline_git_dir=job.baseline_git_dir,
+            tree=job.buggy_source, image_digest=digest,
+            stats=TreeStats(
+                files=result.file_count, directories=result.directory_count, symlinks=result.symlink_count,
+                bytes=result.byte_count, oracle_entries_skipped=result.oracle_entries_skipped,
+            ),
+        )
+        return result
+
+
+def extraction_cache(settings: RunnerSettings) -> ExtractionCache | None:
+    """The host's cache, or None when ``--cache-max-gb 0`` turned it off."""
+    if settings.cache_max_gb <= 0:
+        return None
+    return ExtractionCache.under(
+        settings.state_dir or default_state_dir(), max_gb=settings.cache_max_gb, cache_dir=settings.cache_dir
+    )
+
+
+def _image(ctx: JobContext) -> tuple[str, str | None]:
+    image = ensure_image(ctx.docker(), ctx.settings.resolved_image, allow_pull=ctx.settings.allow_pull)
+    return image_identity(image)
+
+
+def _recorded_image(ctx: JobContext) -> tuple[str, str | None] | None:
+    """The image id precheck resolved in this job root: a cache hit needs no Docker call of its own."""
+    marker = ctx.journal.marker(Phase.PRECHECK) if ctx.journal is not None else None
+    image_id = marker.details.get("image_id") if marker is not None and marker.ok else None
+    return (image_id, None) if isinstance(image_id, str) and image_id else None
+
+
+def _clear(ctx: JobContext) -> None:
+    """What a failed checkout left: the job's tree and baseline are made again from the image."""
+    remove_tree(ctx.job.buggy_source)
+    if ctx.job.baseline_git_dir.exists():
+        remove_tree(ctx.job.baseline_git_dir)
+
+
+def _from_cache(
+    ctx: JobContext, cache: ExtractionCache, key: str, record: EntryRecord, digest: str | None
+) -> ExtractResult:
+    job = ctx.job
+    scratch = job.root / f"{SCRATCH_PREFIX}-{ctx.run_id}"
+    try:
+        cache.checkout(key, record, baseline_git_dir=job.baseline_git_dir, tree=scratch)
+        if job.buggy_source.exists():
+            remove_tree(job.buggy_source)  # only placeholders, checked above
+        if ctx.journal is not None:
+            ctx.journal.extract_placing(ctx.run_id)
+        scratch.rename(job.buggy_source)
+        crash_point("extract-placed")
+    finally:
+        if scratch.exists():
+            remove_tree(scratch)
+    log.info("extracted_from_cache", key=key[:12])
+    stats = record.stats
+    return ExtractResult(
+        image_id=record.image_id,
+        image_digest=digest or record.image_digest,
+        file_count=stats.files,
+        directory_count=stats.directories,
+        symlink_count=stats.symlinks,
+        byte_count=stats.bytes,
+        oracle_entries_skipped=stats.oracle_entries_skipped,
+        oracle_entries_extracted=int((job.buggy_source / ".git").exists()),
+        from_cache=True,
+    )
+
+
+def _from_image(ctx: JobContext, image_id: str, digest: str | None) -> ExtractResult:
+    settings, job = ctx.settings, ctx.job
+    target = job.buggy_source
+    client = ctx.docker()
     scratch = job.root / f"{SCRATCH_PREFIX}-{ctx.run_id}"
     try:
         with managed_container(
