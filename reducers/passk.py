@@ -8,7 +8,10 @@ calling the same functions.
 from __future__ import annotations
 
 from math import comb
+from typing import Any
 
+# The k values a summary shows at most (pass@1 always, then these up to the attempts scored).
+K_VALUES = (1, 2, 3, 5, 10, 20, 50, 100)
 # A failed phase that the agent cannot cause: the host, Docker, git or the runner broke.
 INFRA_PHASES = frozenset({"prepare", "precheck", "extract", "baseline"})
 # Reasons any phase records when the runner (not the agent) failed in it.
@@ -57,3 +60,55 @@ def is_infra_failure(state: str | None, failure_label: str | None) -> bool:
     rest = failure_label[len("failed_"):]
     phase, _, reason = rest.partition("_")
     return phase in INFRA_PHASES or reason in INFRA_REASONS
+
+
+def pass_at_table(n: int, c: int) -> dict[int, float]:
+    """pass@k of one task for every k in ``K_VALUES`` that ``n`` scored attempts allow."""
+    return {k: pass_at_k(n, c, k) for k in K_VALUES if k <= n}
+
+
+def suite_pass_at(counts: list[tuple[int, int]]) -> dict[int, float]:
+    """Mean pass@k over the tasks, for every k some task has attempts enough for."""
+    return {k: value for k in K_VALUES if (value := mean_pass_at_k(counts, k)) is not None}
+
+
+def tag_pass_at(outcomes: list[tuple[str, bool, bool]]) -> list[dict[str, Any]]:
+    """Per tag (sorted): attempts, n scored, c resolved, pass@k for every k that n allows.
+
+    ``outcomes``: one (tag, scored, resolved) per attempt; an unscored attempt (the host
+    broke it, or it has not finished) counts among the attempts only.
+    """
+    by_tag: dict[str, list[tuple[bool, bool]]] = {}
+    for tag, was_scored, resolved in outcomes:
+        by_tag.setdefault(tag, []).append((was_scored, resolved))
+    out = []
+    for tag in sorted(by_tag):
+        group = by_tag[tag]
+        n = sum(1 for was_scored, _ in group if was_scored)
+        c = sum(1 for was_scored, resolved in group if was_scored and resolved)
+        out.append({"tag": tag, "attempts": len(group), "scored": n, "resolved": c,
+                    "pass_at": {str(k): round(v, 6) for k, v in pass_at_table(n, c).items()}})
+    return out
+
+
+def suite_pass_at_summary(tags: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's mean pass@k over the per-tag summaries of ``tag_pass_at``."""
+    counts = [(item["scored"], item["resolved"]) for item in tags]
+    return {
+        "tags": len(tags),
+        "attempts": sum(item["attempts"] for item in tags),
+        "mean_pass_at": {str(k): round(v, 6) for k, v in suite_pass_at(counts).items()},
+    }
+
+
+def pass_at_markdown(tags: list[dict[str, Any]], suite: dict[str, Any]) -> list[str]:
+    """The per-tag pass@k table and the suite's line, as Markdown lines."""
+    ks = sorted({int(k) for item in tags for k in item["pass_at"]})
+    lines = ["## Per tag", "", "| tag | attempts | scored (n) | resolved (c) | "
+             + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|---|---|---|" + "---|" * len(ks)]
+    for item in tags:
+        cells = [f"{item['pass_at'][str(k)]:.3f}" if str(k) in item["pass_at"] else "-" for k in ks]
+        lines.append(f"| {item['tag']} | {item['attempts']} | {item['scored']} | {item['resolved']} | "
+                     + " | ".join(cells) + " |")
+    means = ", ".join(f"mean pass@{k} {v:.3f}" for k, v in suite["mean_pass_at"].items()) or "nothing scored yet"
+    return [*lines, "", f"Suite: {means} over {suite['tags']} tags, {suite['attempts']} attempts"]

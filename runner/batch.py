@@ -33,7 +33,7 @@ import structlog
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import BENCHMARK_RUN, JobRoot
 from runner.journal import default_state_dir, evaluated
-from runner.ledger import LedgerRow, RunLedger
+from runner.ledger import LedgerRow, RunLedger, row_key
 from runner.lifeline import BATCH_PARENT_ENV
 from runner.public import private_texts_for
 from runner.lock import LOCK_NAME, job_root_lock
@@ -87,6 +87,56 @@ def unique_tags(tags: list[str]) -> list[str]:
 TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
 
 
+MAX_ATTEMPTS = 100
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One task of a batch: a tag, or one attempt of a tag, with its own job root."""
+
+    tag: str
+    attempt: int | None
+    job_root: Path
+
+    @property
+    def name(self) -> str:
+        return row_key(self.tag, self.attempt)
+
+    @property
+    def log_name(self) -> str:
+        return f"{self.tag}.log" if self.attempt is None else f"{self.tag}.attempt-{self.attempt}.log"
+
+
+def check_attempts(attempts: int) -> int:
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise BadInputError(f"--attempts must be between 1 and {MAX_ATTEMPTS}")
+    return attempts
+
+
+def batch_units(jobs_dir: Path, tags: list[str], attempts: int) -> list[Unit]:
+    """One job root per tag (``DIR/<tag>``), or per attempt (``DIR/<tag>/attempt-<i>``) when there are several."""
+    if check_attempts(attempts) == 1:
+        return [Unit(tag, None, jobs_dir / tag) for tag in tags]
+    return attempt_units(tags, attempts, lambda tag: jobs_dir / tag)
+
+
+def attempt_units(tags: list[str], attempts: int, root_of: Callable[[str], Path]) -> list[Unit]:
+    check_attempts(attempts)
+    return [Unit(tag, i, root_of(tag) / f"attempt-{i}") for tag in tags for i in range(1, attempts + 1)]
+
+
+def seed_prompt(unit: Unit) -> None:
+    """An attempt's job root gets the tag's prompt (``<tag root>/context/prompt.md``) unless it has its own."""
+    if unit.attempt is None:
+        return
+    own = JobRoot.at(unit.job_root, unit.tag).prompt
+    shared = JobRoot.at(unit.job_root.parent, unit.tag).prompt
+    if own.exists() or not shared.is_file():
+        return  # no prompt at all: the attempt itself refuses, naming the file
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_bytes(shared.read_bytes())
+
+
 def child_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
     return {key: value for key, value in environ.items() if key not in TASK_ENV}
 
@@ -132,6 +182,10 @@ def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | 
         argv.append(f"--agent-user={settings.agent_user}")
     if settings.allow_unscorable:
         argv.append("--allow-unscorable")
+    if settings.cache_dir is not None:
+        argv.append(f"--cache-dir={settings.cache_dir}")
+    if settings.operator_gave("cache_max_gb"):
+        argv.append(f"--cache-max-gb={settings.cache_max_gb}")
     return argv
 
 
@@ -159,6 +213,10 @@ class BatchSummary:
     audit_labels: dict[str, str] | None = None
     resolved_tags: tuple[str, ...] = ()
     ran_tags: tuple[str, ...] = ()
+    attempts: int = 1
+    # With attempts: the ledger's per-tag summaries (n, c, pass@k) and the suite's mean pass@k.
+    pass_at: list[dict[str, Any]] | None = None
+    suite_pass_at: dict[str, Any] | None = None
 
     @classmethod
     def not_started(cls, tags: int) -> BatchSummary:
@@ -189,6 +247,8 @@ class BatchSummary:
             "exit_code_resolved": self.exit_code_resolved,
             "verdict_untrusted": self.verdict_untrusted,
             **({"audit": self._over_valid()} if self.audit_labels is not None else {}),
+            **({"attempts": self.attempts, "tasks": self.pass_at, "suite": self.suite_pass_at}
+               if self.attempts > 1 else {}),
         }
 
     def _over_valid(self) -> dict[str, Any]:
@@ -211,15 +271,16 @@ def _state(exit_code: int, stopping: bool) -> str:
     return _STATE_BY_EXIT.get(exit_code, "failed")
 
 
-def _row(tag: str, job_root: Path, exit_code: int, wall: float, *, stopping: bool = False) -> LedgerRow:
+def _row(unit: Unit, exit_code: int, wall: float, *, stopping: bool = False) -> LedgerRow:
     run: dict[str, Any] = {}
     try:
-        run = json.loads((job_root / BENCHMARK_RUN).read_text(encoding="utf-8"))
+        run = json.loads((unit.job_root / BENCHMARK_RUN).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         pass  # refused before any output (bad input): the row says so by its state
     resolved = run.get("official_task_score", {}).get("resolved") if run else None
     return LedgerRow(
-        tag=tag,
+        tag=unit.tag,
+        attempt=unit.attempt,
         state=_state(exit_code, stopping),
         exit_code=exit_code,
         resolved=resolved if exit_code == 0 else (False if run else None),
@@ -351,16 +412,16 @@ def run_task_process(
 
 def _run_one(
     settings: RunnerSettings,
-    tag: str,
-    jobs_dir: Path,
+    unit: Unit,
+    logs_dir: Path,
     image: str | None,
     children: _Children,
     on_phase: Callable[[str], None],
 ) -> tuple[int, float]:
     started = time.monotonic()
-    job_root = jobs_dir / tag
+    seed_prompt(unit)
     exit_code = run_task_process(
-        child_argv(settings, tag, job_root, image), job_root, jobs_dir / BATCH_LOGS / f"{tag}.log", children, on_phase
+        child_argv(settings, unit.tag, unit.job_root, image), unit.job_root, logs_dir / unit.log_name, children, on_phase
     )
     return exit_code, time.monotonic() - started
 
@@ -373,64 +434,103 @@ def run_batch(
     progress: Progress,
     *,
     image: str | None = None,
+    attempts: int = 1,
 ) -> BatchSummary:
-    """Run every tag not yet completed, ``workers`` at a time; the ledger after each.
+    """Run every tag (or attempt) not yet completed, ``workers`` at a time; the ledger after each.
 
     Raises:
-        BadInputError: bad ``workers`` or jobs directory, or another batch holds it.
+        BadInputError: bad ``workers``, ``attempts`` or jobs directory, or another batch holds it.
     """
+    jobs_dir = _checked_dir(jobs_dir, "--jobs-dir", "create it with DIR/<tag>/context/prompt.md per tag")
+    return run_units(settings, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress,
+                     image=image, tags=len(tags), attempts=attempts)
+
+
+def run_attempts(
+    settings: RunnerSettings, job_root: Path, attempts: int, workers: int, progress: Progress
+) -> BatchSummary:
+    """``--execute --job-root J --attempts K``: K attempts of the one tag, at ``J/attempt-<i>``, ledger at ``J``.
+
+    Raises:
+        BadInputError: bad ``workers``, ``attempts`` or job root, or another run holds it.
+    """
+    job_root = _checked_dir(job_root, "--job-root", "create it with context/prompt.md")
+    units = attempt_units([settings.tag], attempts, lambda _tag: job_root)
+    return run_units(
+        settings, units, job_root, workers, progress, image=settings.resolved_image, tags=1, attempts=attempts
+    )
+
+
+def _checked_dir(path: Path, flag: str, hint: str) -> Path:
+    path = path.expanduser().resolve()
+    if not SAFE_HOST_PATH.fullmatch(str(path)):
+        raise BadInputError(f"{flag} must be a path of letters, digits and '_ . @ + / ~ -', without spaces")
+    if not path.is_dir():
+        raise BadInputError(f"{flag} does not exist; {hint}")
+    return path
+
+
+def run_units(
+    settings: RunnerSettings,
+    units: list[Unit],
+    ledger_dir: Path,
+    workers: int,
+    progress: Progress,
+    *,
+    image: str | None,
+    tags: int,
+    attempts: int,
+) -> BatchSummary:
+    """Each unit in its own process, ``workers`` at a time; one ledger (and one lock) in ``ledger_dir``."""
     if workers < 1 or workers > 64:
         raise BadInputError("--workers must be between 1 and 64")
-    jobs_dir = jobs_dir.expanduser().resolve()
-    if not SAFE_HOST_PATH.fullmatch(str(jobs_dir)):
-        raise BadInputError("--jobs-dir must be a path of letters, digits and '_ . @ + / ~ -', without spaces")
-    if not jobs_dir.is_dir():
-        raise BadInputError("--jobs-dir does not exist; create it with DIR/<tag>/context/prompt.md per tag")
-    with job_root_lock(jobs_dir, name=BATCH_LOCK, what="batch"):
-        return _run_locked(settings, tags, jobs_dir, workers, progress, image)
+    with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
+        summary = _run_locked(settings, units, ledger_dir, workers, progress, image)
+    summary.tags, summary.attempts = tags, attempts
+    return summary
 
 
 def _run_locked(
-    settings: RunnerSettings, tags: list[str], jobs_dir: Path, workers: int, progress: Progress, image: str | None
+    settings: RunnerSettings, units: list[Unit], jobs_dir: Path, workers: int, progress: Progress, image: str | None
 ) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
     children = _Children()
     state_dir = settings.state_dir or default_state_dir()
     todo = [
-        tag for tag in tags
-        if not (tag in ledger.rows and ledger.rows[tag].completed and evaluated(state_dir, JobRoot.at(jobs_dir / tag, tag)))
+        unit for unit in units
+        if not (ledger.completed(unit.tag, unit.attempt) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
     ]
-    for tag in tags:
-        if tag not in todo:
-            progress.skipped(tag)
+    for unit in units:
+        if unit not in todo:
+            progress.skipped(unit.name)
     ran: list[LedgerRow] = []
     started = time.monotonic()
 
-    def task(tag: str) -> None:
+    def task(unit: Unit) -> None:
         if children.stopping.is_set():
             return
-        progress.started(tag)
+        progress.started(unit.name)
         try:
             exit_code, wall = _run_one(
-                settings, tag, jobs_dir, image, children, lambda phase: progress.phase(tag, phase)
+                settings, unit, jobs_dir / BATCH_LOGS, image, children, lambda phase: progress.phase(unit.name, phase)
             )
         except OSError as e:  # the task could not even start (no space for its log, say)
-            log.error("task_not_started", task=tag, error_type=type(e).__name__)
+            log.error("task_not_started", task=unit.name, error_type=type(e).__name__)
             exit_code, wall = int(ExitCode.BAD_ENVIRONMENT), 0.0
-        row = _row(tag, jobs_dir / tag, exit_code, wall, stopping=children.stopping.is_set())
+        row = _row(unit, exit_code, wall, stopping=children.stopping.is_set())
         with ledger_lock:
             try:
                 ledger.upsert(row)
             except (OSError, RunnerError) as e:  # the ledger could not be written: the task's own files stand
-                log.error("ledger_not_written", task=tag, error_type=type(e).__name__)
+                log.error("ledger_not_written", task=unit.name, error_type=type(e).__name__)
             ran.append(row)
         progress.finished(row)
 
     interrupted = False
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="task")
     try:
-        futures = [pool.submit(task, tag) for tag in todo]
+        futures = [pool.submit(task, unit) for unit in todo]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in done:
             future.result()  # a coordinator bug surfaces here rather than vanishing
@@ -448,9 +548,10 @@ def _run_locked(
     phase_seconds: Counter[str] = Counter()
     for row in ran:
         phase_seconds.update(row.phase_durations_seconds)
+    document = ledger.document()
     return BatchSummary(
-        tags=len(tags),
-        skipped_completed=len(tags) - len(todo),
+        tags=len({unit.tag for unit in units}),
+        skipped_completed=len(units) - len(todo),
         ran=len(ran),
         resolved=sum(1 for row in ran if row.resolved),
         failures_by_label=dict(Counter(row.failure_label or row.state for row in ran if not row.resolved)),
@@ -463,6 +564,8 @@ def _run_locked(
         audit_labels=_audit_labels(jobs_dir),
         resolved_tags=tuple(row.tag for row in ran if row.resolved),
         ran_tags=tuple(row.tag for row in ran),
+        pass_at=document.get("tasks"),
+        suite_pass_at=document.get("suite"),
     )
 
 

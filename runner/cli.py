@@ -18,7 +18,7 @@ import structlog
 
 from reducers.markers import read_markers
 from runner import early_signals
-from runner.batch import BatchSummary, read_tags_file, run_batch, unique_tags
+from runner.batch import BatchSummary, check_attempts, read_tags_file, run_attempts, run_batch, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError
@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tags-file", type=Path, help="batch: one tag a line, '#' comments")
     parser.add_argument("--jobs-dir", type=Path, help="batch: one job root per tag, DIR/<tag>, prompts at DIR/<tag>/context/prompt.md")
     parser.add_argument("--workers", type=int, help="batch: tasks run at once (default 1)")
+    parser.add_argument(
+        "--attempts", type=int,
+        help="independent attempts per tag (default 1): each its own job root <job root>/attempt-<i> "
+        "(a batch: DIR/<tag>/attempt-<i>), codex run, patch, evaluation and compact files",
+    )
     parser.add_argument(
         "--cache-max-gb", type=float, metavar="GB",
         help="the extraction cache's size bound; least recently used entries go (env RUNNER_CACHE_MAX_GB; "
@@ -143,7 +148,16 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
 
 def _is_batch(args: argparse.Namespace) -> bool:
+    if _is_attempts(args):
+        return False
     return args.jobs_dir is not None or args.tags_file is not None or len(args.tag or []) > 1 or args.workers is not None
+
+
+def _is_attempts(args: argparse.Namespace) -> bool:
+    """``--execute --job-root J --attempts K`` (K > 1): one tag's attempts under J, ``--workers`` at once."""
+    return (
+        (args.attempts or 1) > 1 and args.jobs_dir is None and args.tags_file is None and len(args.tag or []) <= 1
+    )
 
 
 def _settings_from(args: argparse.Namespace) -> RunnerSettings:
@@ -216,10 +230,31 @@ def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str
         if early_signals.pending() is not None:
             raise KeyboardInterrupt("signal before start")
         with progress_for(len(tags)) as progress:
-            summary = run_batch(settings, tags, args.jobs_dir, args.workers or 1, progress, image=args.image)
+            summary = run_batch(
+                settings, tags, args.jobs_dir, args.workers or 1, progress, image=args.image, attempts=args.attempts or 1
+            )
     except KeyboardInterrupt:  # before any task started: still a summary, and 130
         summary = BatchSummary.not_started(len(tags))
     return summary.report(), summary.exit_code
+
+
+def _attempts(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+    if not args.execute:
+        raise BadInputError("--attempts goes with --execute (or with submit, for the fleet)")
+    if settings.job_root is None:
+        raise BadInputError("--attempts needs --job-root DIR (attempts go to DIR/attempt-<i>) or a batch's --jobs-dir")
+    check_attempts(args.attempts)
+    try:
+        if early_signals.pending() is not None:
+            raise KeyboardInterrupt("signal before start")
+        with progress_for(args.attempts) as progress:
+            summary = run_attempts(settings, settings.job_root, args.attempts, args.workers or 1, progress)
+    except KeyboardInterrupt:
+        summary = BatchSummary.not_started(1)
+    report = summary.report()
+    report["mode"] = "attempts"
+    report["tag"] = settings.tag
+    return report, summary.exit_code
 
 
 def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
@@ -307,11 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     follow_batch_parent()
     output_format = OutputFormat(args.output_format or "json")
     try:
-        if early_signals.pending() is not None and not _is_batch(args):
+        if early_signals.pending() is not None and not (_is_batch(args) or _is_attempts(args)):
             _raise_interrupt(early_signals.pending() or 0, None)
         settings = _settings_from(args)
         output_format = settings.output_format
         mode = _mode(args, settings)
+        if args.attempts is not None:
+            check_attempts(args.attempts)
+            if mode != "execute":
+                raise BadInputError("--attempts goes with --execute (or with submit, for the fleet)")
         if args.canary:
             if mode != "precheck" or _is_batch(args):
                 raise BadInputError("--canary goes with --precheck (one host check, not a task run)")
@@ -320,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             report, code = run_canary(settings)
         elif _is_batch(args):
             report, code = _batch(args, settings)
+        elif _is_attempts(args):
+            report, code = _attempts(args, settings)
         elif mode == "plan":
             report, code = build_plan(settings), ExitCode.COMPLETED
         elif mode == "cache":
@@ -332,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.exit_code)
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
-        if _is_batch(args):  # stopped while reading its input: a batch still answers with its summary
+        if _is_batch(args) or _is_attempts(args):  # stopped while reading its input: a batch still answers with its summary
             print(_render(BatchSummary.not_started(len(args.tag or [])).report(), output_format))
         return int(ExitCode.INTERRUPTED)
     print(_render(report, output_format))

@@ -1,4 +1,4 @@
-"""The batch's run ledger: one row per tag, upserted after each task, JSON plus a Markdown view.
+"""The batch's run ledger: one row per task (a tag, or a tag's attempt), upserted after each, JSON plus Markdown.
 
 Invariants: the ledger holds only public-safe compact facts (it passes the
 public guard); both files are written atomically, so a crash leaves the old
@@ -11,6 +11,11 @@ is rewritten when the journal has grown by an eighth of the rows, when a minute
 (and at least twenty times the last rewrite's duration) has passed, and when the
 batch ends; so an upsert costs a constant amortized.
 Loading replays the journal over the snapshot (a torn last line is ignored).
+
+With attempts (``--attempts K``) a row is one attempt (``tag`` + ``attempt``) and the
+ledger adds a summary per tag: n attempts scored (finished without an infrastructure
+failure), c resolved, pass@1 (c/n, the mean over attempts) and pass@k (Chen et al.,
+2021). A ledger without attempts keeps the bytes it always had.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reducers.markers import compact_input_error
+from reducers.passk import is_infra_failure, pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.atomic import write_bytes_atomic
 from runner.errors import CompactInputError
 from reducers.guard import check_public
@@ -41,6 +47,7 @@ class LedgerRow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tag: str
+    attempt: int | None = None  # None: the tag's only run, job root DIR/<tag>; i: DIR/<tag>/attempt-<i>
     state: str  # completed | failed | bad_input | bad_environment | interrupted
     exit_code: int
     resolved: bool | None
@@ -62,6 +69,30 @@ class LedgerRow(BaseModel):
     def completed(self) -> bool:
         return self.state == "completed"
 
+    @property
+    def key(self) -> str:
+        return row_key(self.tag, self.attempt)
+
+    @property
+    def scored(self) -> bool:
+        """Counts in pass@k: the agent had its say (no infrastructure failure ended it)."""
+        return self.state in ("completed", "failed") and not is_infra_failure(self.state, self.failure_label)
+
+    def public(self) -> dict[str, Any]:
+        """The row as the ledger files show it (no ``attempt`` key on a single-attempt row)."""
+        dumped = self.model_dump()
+        if self.attempt is None:
+            del dumped["attempt"]
+        return dumped
+
+
+def row_key(tag: str, attempt: int | None) -> str:
+    return tag if attempt is None else f"{tag}/attempt-{attempt}"
+
+
+def _order(row: LedgerRow) -> tuple[str, int]:
+    return (row.tag, row.attempt or 0)
+
 
 class RunLedger:
     def __init__(self, jobs_dir: Path, private_texts: list[str]) -> None:
@@ -79,12 +110,12 @@ class RunLedger:
             return {}
         try:
             raw = json.loads(self.json_path.read_text(encoding="utf-8"))
-            rows = [LedgerRow.model_validate(row) for row in raw["rows"]]
+            rows = [LedgerRow.model_validate(row) for row in raw["rows"]]  # "tasks"/"suite" are derived
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise CompactInputError(LEDGER_JSON, "rows", f"unreadable ({type(e).__name__}); move it aside") from e
         except ValidationError as e:
             raise compact_input_error(LEDGER_JSON, e) from e
-        return {row.tag: row for row in rows}
+        return {row.key: row for row in rows}
 
     def _replay(self) -> int:
         """Rows appended since the last snapshot; a torn line (a crash mid-append) is skipped."""
@@ -97,20 +128,20 @@ class RunLedger:
                     row = LedgerRow.model_validate_json(line)
                 except ValidationError:
                     continue
-                self.rows[row.tag] = row
+                self.rows[row.key] = row
                 entries += 1
         return entries
 
     def upsert(self, row: LedgerRow) -> None:
         """Append the row (guarded) to the journal; rewrite the snapshot now and then."""
-        check_public(LEDGER_JSON, {"schema_version": SCHEMA, "rows": [row.model_dump()]}, private_texts=self._private)
+        check_public(LEDGER_JSON, {"schema_version": SCHEMA, "rows": [row.public()]}, private_texts=self._private)
         fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, row.model_dump_json().encode() + b"\n")
             os.fsync(fd)
         finally:
             os.close(fd)
-        self.rows[row.tag] = row
+        self.rows[row.key] = row
         self._journal_entries += 1
         due = self._journal_entries >= max(1, len(self.rows) // COMPACT_FRACTION)
         # By time too, so the snapshot never lags for long; but never more than 1/20 of the wall
@@ -135,8 +166,18 @@ class RunLedger:
         self._compacted_at = time.monotonic()
         self._compact_seconds = self._compacted_at - started
 
+    def completed(self, tag: str, attempt: int | None) -> bool:
+        row = self.rows.get(row_key(tag, attempt))
+        return row is not None and row.completed
+
     def document(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA, "rows": [self.rows[tag].model_dump() for tag in sorted(self.rows)]}
+        rows = sorted(self.rows.values(), key=_order)
+        document: dict[str, Any] = {"schema_version": SCHEMA, "rows": [row.public() for row in rows]}
+        if any(row.attempt is not None for row in rows):
+            summaries = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in rows])
+            document["tasks"] = summaries
+            document["suite"] = suite_pass_at_summary(summaries)
+        return document
 
 
 def render_markdown(document: dict[str, Any]) -> str:
@@ -149,12 +190,15 @@ def render_markdown(document: dict[str, Any]) -> str:
     ]
     for row in document["rows"]:
         resolved = {True: "yes", False: "no", None: "-"}[row["resolved"]]
+        tag = row["tag"] if row.get("attempt") is None else f"{row['tag']} #{row['attempt']}"
         sha = (row["patch_sha256"] or "-")[:12]
         lines.append(
-            f"| {row['tag']} | {row['state']} | {resolved} | {row['first_failed_phase'] or '-'} | "
+            f"| {tag} | {row['state']} | {resolved} | {row['first_failed_phase'] or '-'} | "
             f"{row['wall_seconds']:.1f} | {sha} | {row['patch_bytes'] if row['patch_bytes'] is not None else '-'} | "
             f"{row['image_digest'] or row['image_id'] or '-'} | "
             f"{ {True: 'yes', False: 'no', None: '-'}[row.get('exit_code_verdict')] } | "
             f"{'yes' if row.get('verdict_untrusted') else 'no'} |"
         )
+    if "tasks" in document:
+        lines += ["", *pass_at_markdown(document["tasks"], document["suite"])]
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ class LogProgress:
 
     def finished(self, row: LedgerRow) -> None:
         log.info(
-            "task_finished", task=row.tag, state=row.state, resolved=row.resolved,
+            "task_finished", task=row.key, state=row.state, resolved=row.resolved,
             first_failed_phase=row.first_failed_phase, wall_seconds=row.wall_seconds,
         )
 
@@ -86,7 +86,7 @@ class RichProgress:
     def finished(self, row: LedgerRow) -> None:
         with self._lock:
             resolved = {True: "yes", False: "no", None: "-"}[row.resolved]
-            self._rows[row.tag] = [row.state, row.first_failed_phase or "-", f"{row.wall_seconds:.0f}", resolved]
+            self._rows[row.key] = [row.state, row.first_failed_phase or "-", f"{row.wall_seconds:.0f}", resolved]
 
     def skipped(self, tag: str) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reducers.models import Marker, MarkerStatus, Phase
-from runner.batch import _row
+from runner.batch import Unit, _row
 from runner.jobroot import JobRoot
 from runner.ledger import RunLedger
 from runner.markers import write_marker
@@ -99,7 +99,7 @@ def make_batch(jobs_dir: Path, kinds: dict[str, str], *, scale: float = 1.0) -> 
         if kind != "bad_environment":
             reduce_job(job)
         wall = sum(m.duration_seconds for m in _markers(kind, tag, scale)) + 1.5
-        ledger.upsert(_row(tag, root, EXIT[kind], wall))
+        ledger.upsert(_row(Unit(tag, None, root), EXIT[kind], wall))
     return Batch(jobs_dir=jobs_dir, kinds=kinds)
 
 

@@ -20,6 +20,7 @@ import structlog
 from dramatiq import Message
 
 from reducers.guard import check_public
+from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.batch import read_tags_file, unique_tags
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.fleet.broker import DEFAULT_NAMESPACE, Keys, connect_redis, make_broker, task_message
@@ -152,7 +153,11 @@ def status_parser() -> argparse.ArgumentParser:
 
 def suite_status(client: redis.Redis, keys: Keys, suite: str) -> dict[str, Any]:
     rows = SuiteLedger(client, keys, suite).rows()
-    return {"suite": suite, "summary": summary(rows), "rows": [row.model_dump(mode="json") for row in rows]}
+    tags = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in rows])
+    return {
+        "suite": suite, "summary": summary(rows), "tasks": tags, "suite_pass_at": suite_pass_at_summary(tags),
+        "rows": [row.model_dump(mode="json") for row in rows],
+    }
 
 
 def status(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
@@ -188,7 +193,7 @@ def render_markdown(document: dict[str, Any]) -> str:
             wall = f"{row['wall_seconds']:.1f}" if row["wall_seconds"] is not None else "-"
             lines.append(f"| {row['tag']} | {row['attempt']} | {row['state']} | {row['host'] or '-'} | "
                          f"{row['phase'] or '-'} | {resolved} | {row['failure_label'] or '-'} | {row['retries']} | {wall} |")
-        lines.append("")
+        lines += ["", *pass_at_markdown(suite["tasks"], suite["suite_pass_at"]), ""]
     return "\n".join(lines) if lines else "No suite in the ledger.\n"
 
 

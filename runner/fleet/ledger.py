@@ -63,6 +63,11 @@ class LedgerRow(BaseModel):
     def key(self) -> str:
         return f"{self.tag}/{self.attempt}"
 
+    @property
+    def scored(self) -> bool:
+        """Counts in pass@k: finished, and not ended by an infrastructure failure."""
+        return self.state in (TaskState.DONE, TaskState.FAILED) and not self.infra_failure
+
 
 class SuiteLedger:
     def __init__(self, client: redis.Redis, keys: Keys, suite: str) -> None:

@@ -15,11 +15,8 @@ from collections import Counter, defaultdict
 
 from pydantic import BaseModel, ConfigDict
 
-from reducers.passk import mean_pass_at_k, pass_at_k
+from reducers.passk import pass_at_table, suite_pass_at
 from runner.views.model import FINISHED_STATES, TOKEN_KINDS, TaskRow, TaskState
-
-# The k values a report shows at most (pass@1 always, then these up to the attempts run).
-K_VALUES = (1, 2, 3, 5, 10, 20, 50, 100)
 
 
 class _Frozen(BaseModel):
@@ -32,7 +29,7 @@ class TagSummary(_Frozen):
     attempts: int  # rows of this tag, any state
     scored: int  # n: finished without an infrastructure failure
     resolved: int  # c
-    pass_at: dict[int, float]  # k -> pass@k, for every k in K_VALUES with k <= n
+    pass_at: dict[int, float]  # k -> pass@k, for every k in reducers.passk.K_VALUES with k <= n
 
 
 class SuiteSummary(_Frozen):
@@ -69,7 +66,7 @@ def tag_summaries(rows: list[TaskRow]) -> list[TagSummary]:
         out.append(
             TagSummary(
                 suite=suite, tag=tag, attempts=len(group), scored=n, resolved=c,
-                pass_at={k: pass_at_k(n, c, k) for k in K_VALUES if k <= n},
+                pass_at=pass_at_table(n, c),
             )
         )
     return out
@@ -83,7 +80,7 @@ def summarize(rows: list[TaskRow]) -> SuiteSummary:
     labels = Counter(row.failure_label or row.state.value for row in finished if not row.resolved)
     tags = tag_summaries(rows)
     counts = [(tag.scored, tag.resolved) for tag in tags]
-    pass_at = {k: value for k in K_VALUES if (value := mean_pass_at_k(counts, k)) is not None}
+    pass_at = suite_pass_at(counts)
     by_attempt: dict[int, list[TaskRow]] = defaultdict(list)
     for row in rows:
         if scored(row):

@@ -151,8 +151,14 @@ def test_two_hosts_route_by_queue_run_attempts_and_a_resubmission_adds_nothing(f
         assert row["resolved"] is (row["tag"] == "t_fix")
         assert row["input_tokens"] > 0 and row["phase_durations_seconds"]["codex"] >= 0
     assert str(fleet.tmp) not in status.stdout and "Fix calc.add" not in status.stdout
+    assert document["tasks"] == [
+        {"tag": "t_fix", "attempts": 2, "scored": 2, "resolved": 2, "pass_at": {"1": 1.0, "2": 1.0}},
+        {"tag": "t_wrong", "attempts": 2, "scored": 2, "resolved": 0, "pass_at": {"1": 0.0, "2": 0.0}},
+    ]
+    assert document["suite_pass_at"]["mean_pass_at"] == {"1": 0.5, "2": 0.5}
     markdown = fleet.status("--suite", "suite1", "--format", "markdown").stdout
     assert "| t_fix | 1 | done | host-b | - | yes |" in markdown
+    assert "| t_wrong | 2 | 2 | 0 | 0.000 | 0.000 |" in markdown
 
     again = fleet.submit("suite1", "--tag", "t_fix", "--tag", "t_wrong", "--attempts", "2", "--queue", "pool-b")
     assert json.loads(again.stdout)["queued"] == 0 and json.loads(again.stdout)["skipped_existing"] == 4

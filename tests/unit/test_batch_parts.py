@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.batch import _row, child_argv, child_environment, read_tags_file, unique_tags
+from runner.batch import Unit, _row, child_argv, child_environment, read_tags_file, unique_tags
 from runner.errors import BadInputError, CompactInputError, PublicSafetyError
 from runner.ledger import LedgerRow, RunLedger
 from runner.settings import load_settings
@@ -93,11 +93,11 @@ def test_a_corrupt_ledger_is_named(tmp_path: Path) -> None:
 def test_rows_from_compact_files_and_from_nothing(tmp_path: Path) -> None:
     job = tmp_path / "t_1"
     job.mkdir()
-    assert _row("t_1", job, 2, 0.5).state == "bad_input"
+    assert _row(Unit("t_1", None, job), 2, 0.5).state == "bad_input"
     (job / "benchmark_run.compact.json").write_text(json.dumps({
         "official_task_score": {"resolved": False}, "first_failed_phase": "patch",
         "failure_attribution_labels": ["failed_patch_empty_patch"], "phase_durations_seconds": {"codex": 2.0},
         "patch_bytes": 0, "patch_sha256": "missing", "metrics": {"input_tokens": 3, "output_tokens": 1},
     }))
-    row = _row("t_1", job, 1, 4.0)
+    row = _row(Unit("t_1", None, job), 1, 4.0)
     assert (row.state, row.resolved, row.failure_label, row.patch_sha256) == ("failed", False, "failed_patch_empty_patch", None)
