@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner.atomic import write_bytes_atomic
 from runner.errors import RunnerError
-from runner.gitops import BRANCH, init_baseline, open_baseline
+from runner.gitops import BRANCH, checkout_baseline, init_baseline, open_baseline, pack_baseline_into
 from runner.trees import remove_tree, walk
 
 log = structlog.get_logger(__name__)
@@ -217,10 +217,7 @@ class ExtractionCache:
         try:
             baseline = open_baseline(baseline_git_dir, tree)
             commit = baseline.head.commit.hexsha
-            # Through the pack protocol, so the entry holds one pack, never the job's loose files.
-            baseline.git.clone("--bare", "--no-local", "--quiet", str(baseline_git_dir), str(staging / BASELINE_DIR))
-            cached = open_baseline(staging / BASELINE_DIR, tree)
-            cached.git.remote("remove", "origin")  # no path of a job root stays in the cache
+            pack_baseline_into(baseline, staging / BASELINE_DIR)  # one pack, never the job's loose files
             tracked = set(baseline.git.ls_files("-z").split("\0")) - {""}
             _write_extras(tree, tracked, staging / EXTRAS_TAR)
             digests = {
@@ -264,8 +261,7 @@ class ExtractionCache:
             pack_dir.mkdir(parents=True, exist_ok=True)
             for source in sorted((entry / BASELINE_DIR / "objects" / "pack").glob("pack-*")):
                 shutil.copyfile(source, pack_dir / source.name)  # a copy: nothing of the cache is shared
-            repo.git.update_ref(f"refs/heads/{BRANCH}", record.baseline_commit)
-            repo.git.read_tree("--reset", "-u", f"refs/heads/{BRANCH}")
+            checkout_baseline(repo, record.baseline_commit)
             with tarfile.open(entry / EXTRAS_TAR, mode="r:") as extras:
                 extras.extractall(tree, filter="data")
         except (GitCommandError, tarfile.TarError, OSError) as e:

@@ -104,6 +104,37 @@ def init_baseline(git_dir: Path, work_tree: Path) -> Repo:
     return repo
 
 
+def pack_baseline_into(baseline: Repo, bare_dir: Path) -> None:
+    """A bare repository at ``bare_dir`` holding the baseline branch as one pack, no path of the job.
+
+    Stored, not compressed, and without deltas: packing 20,000 files then takes a fraction
+    of a second rather than many seconds, and a checkout from it inflates nothing.
+    """
+    _Repo.init(bare_dir, bare=True, initial_branch=BRANCH)
+    pack_prefix = bare_dir / "objects" / "pack" / "pack"
+    baseline.git.execute(
+        ["git", "pack-objects", "--revs", "--window=0", "--depth=0", "--compression=0", "-q", str(pack_prefix)],
+        istream=_ref_input(BRANCH),
+    )
+    cached = open_baseline(bare_dir, bare_dir)
+    cached.git.update_ref(f"refs/heads/{BRANCH}", baseline.head.commit.hexsha)
+
+
+def _ref_input(branch: str) -> Any:
+    import tempfile
+
+    handle = tempfile.TemporaryFile()
+    handle.write(f"refs/heads/{branch}\n".encode())
+    handle.seek(0)
+    return handle
+
+
+def checkout_baseline(repo: Repo, commit: str) -> None:
+    """The work tree and index at ``commit``, written by git's parallel checkout."""
+    repo.git.update_ref(f"refs/heads/{BRANCH}", commit)
+    repo.git.execute(["git", "-c", "checkout.workers=0", "read-tree", "--reset", "-u", f"refs/heads/{BRANCH}"])
+
+
 def give_agent_a_repository(baseline: Repo, git_dir: Path, work_tree: Path) -> None:
     """``work_tree/.git`` at the baseline commit, sharing the baseline's objects and index."""
     agent_git = work_tree / ".git"

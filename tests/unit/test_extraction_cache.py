@@ -85,7 +85,7 @@ def test_an_entry_whose_branch_moved_or_file_changed_is_discarded(tmp_path: Path
         capture_output=True, text=True, check=True, env={**os.environ, "GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@x",
                                                          "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x"},
     ).stdout.strip()
-    subprocess.run(["git", f"--git-dir={git_dir}", "update-ref", "refs/heads/runner-baseline", other], check=False)
+    subprocess.run(["git", f"--git-dir={git_dir}", "update-ref", "refs/heads/main", other], check=True)
     subprocess.run(["git", f"--git-dir={git_dir}", "update-ref", "HEAD", other], check=True)
     assert cache.lookup("k1") is None and not (cache.root / "k1").exists()
 
