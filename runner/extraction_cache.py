@@ -38,6 +38,7 @@ from git import GitCommandError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner.atomic import write_bytes_atomic
+from runner.context import sha256_file
 from runner.errors import RunnerError
 from runner.gitops import BRANCH, checkout_baseline, init_baseline, open_baseline, pack_baseline_into
 from runner.trees import remove_tree, walk
@@ -111,14 +112,6 @@ def cache_key(image_id: str, source_dir: str) -> str:
     return hashlib.sha256(f"{image_id}\0{source_dir}".encode()).hexdigest()[:32]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _disk_bytes(root: Path) -> int:
     return sum(entry.stat(follow_symlinks=False).st_size for _rel, entry in walk(root) if entry.is_file(follow_symlinks=False))
 
@@ -183,7 +176,7 @@ class ExtractionCache:
             raise CacheEntryError(f"cache entry {key[:12]}: records another key")
         for relative, wanted in record.file_sha256.items():
             path = entry / relative
-            if not path.is_file() or path.is_symlink() or _sha256(path) != wanted:
+            if not path.is_file() or path.is_symlink() or sha256_file(path) != wanted:
                 raise CacheEntryError(f"cache entry {key[:12]}: {relative} is not what was stored")
         try:
             head = open_baseline(entry / BASELINE_DIR, entry).git.rev_parse("--verify", f"refs/heads/{BRANCH}^{{commit}}")
@@ -221,7 +214,7 @@ class ExtractionCache:
             tracked = set(baseline.git.ls_files("-z").split("\0")) - {""}
             _write_extras(tree, tracked, staging / EXTRAS_TAR)
             digests = {
-                str(path.relative_to(staging)): _sha256(path)
+                str(path.relative_to(staging)): sha256_file(path)
                 for path in (staging / EXTRAS_TAR, *sorted((staging / BASELINE_DIR / "objects" / "pack").glob("pack-*")))
             }
             record = EntryRecord(

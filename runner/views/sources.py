@@ -43,11 +43,9 @@ def _cached_input_tokens(job_root: Path) -> int:
 
 
 def _task_row(jobs_dir: Path, row: LedgerRow, suite: str) -> TaskRow:
-    attempt = getattr(row, "attempt", None)  # the batch ledger gains attempts with issue 14
-    attempt = 1 if attempt is None else int(attempt)
-    job_root = jobs_dir / row.tag
-    if (job_root / f"attempt-{attempt}").is_dir():
-        job_root = job_root / f"attempt-{attempt}"
+    # A batch with --attempts keeps each attempt at DIR/<tag>/attempt-<i>; without, DIR/<tag> is attempt 1.
+    job_root = jobs_dir / row.tag if row.attempt is None else jobs_dir / row.tag / f"attempt-{row.attempt}"
+    attempt = row.attempt or 1
     state = _STATE.get(row.state, TaskState.FAILED)
     finished = state in (TaskState.DONE, TaskState.FAILED)
     resolved = bool(row.resolved) if finished else None

@@ -75,6 +75,13 @@ def test_a_batch_with_attempts_scores_pass_at_k_and_extracts_each_image_once(
         assert (jobs / ".batch-logs" / f"t_a.attempt-{i}.log").stat().st_size > 0
         assert read_json(jobs / "t_a" / f"attempt-{i}" / "real-result.public.json")["result_summary"]["resolved"] is (i != 2)
 
+    # The suite report reads the attempts' own compact files and shows pass@k per tag.
+    report = run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "report.md"), "--format", "markdown")
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "report.md").read_text()
+    assert "| t_a | 3 | 3 | 2 | 66.7% | 100.0% | 100.0% |" in text
+    assert "| 2 | 50.0% |" in text  # attempt 2's resolved rate: t_a's wrong fix, t_b's fix
+
     # A rerun skips every completed attempt.
     again = run_cli(
         "--execute", "--jobs-dir", str(jobs), "--tag", "t_a", "--tag", "t_b", "--image", stub_image,
