@@ -155,3 +155,16 @@ def test_a_cache_dir_with_dots_is_refused(tmp_path: Path) -> None:
         from runner.cli import build_parser
 
         build_parser().parse_args(["--cache", "bogus"])
+
+
+def test_a_large_baseline_starts_no_background_gc(tmp_path: Path) -> None:
+    """Over 6,700 loose objects, `git commit` would fork a detached `gc --auto` that repacks beside the agent."""
+    job = JobRoot.at(tmp_path / "big", "t")
+    for i in range(7000):
+        folder = job.buggy_source / f"d{i // 500}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"f{i}.txt").write_text(f"{i}\n")
+    build_baseline(job)
+    time.sleep(1.0)
+    assert not (job.baseline_git_dir / "gc.pid").exists() and not (job.baseline_git_dir / "gc.log").exists()
+    assert not list((job.baseline_git_dir / "objects" / "pack").glob("*.pack"))
