@@ -69,8 +69,10 @@ def child(mode: str, args: list[str]) -> None:
         from runner.phases.baseline import baseline
         from runner.phases.extract import extract
 
-        image, root = args
-        ctx = JobContext(settings=load_settings(tag="bench", image=image), job=JobRoot.at(Path(root), "bench"))
+        image, root, cache = args
+        # "-": the cache off (the extraction as it always was); else the cache in that directory.
+        caching = {"cache_max_gb": 0} if cache == "-" else {"cache_max_gb": 100, "cache_dir": cache}
+        ctx = JobContext(settings=load_settings(tag="bench", image=image, **caching), job=JobRoot.at(Path(root), "bench"))
         ctx.job.root.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         result = extract(ctx)
@@ -79,7 +81,7 @@ def child(mode: str, args: list[str]) -> None:
         t2 = time.perf_counter()
         ctx.close()
         figures = {"extract_seconds": t1 - t0, "baseline_seconds": t2 - t1, "seconds": t2 - t0,
-                   "files": result.file_count, "bytes": result.byte_count}
+                   "files": result.file_count, "bytes": result.byte_count, "from_cache": result.from_cache}
     elif mode == "patch":
         from runner.phases.patch import export_patch
 
@@ -163,7 +165,9 @@ def cli_extract_and_baseline(image: str, dest: Path) -> float:
             sh("docker", "rm", container)
         sh("git", "init", "-q", cwd=dest)
         sh("git", "add", ".", cwd=dest)
-        sh("git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "commit", "-qm", "baseline", cwd=dest)
+        # gc.auto=0: its detached gc would repack for seconds beside the next measurement
+        sh("git", "-c", "gc.auto=0", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "commit", "-qm", "baseline",
+           cwd=dest)
 
     return timed(run)
 
@@ -189,7 +193,7 @@ def measure_extract(images: dict[int, str], scratch: Path, repeat: int) -> dict:
                 dest = scratch / f"{way}-{files}"
                 remove_tree(dest)
                 if way == "runner":
-                    figures = run_child("extract", image, str(dest))
+                    figures = run_child("extract", image, str(dest), "-")
                     runner_runs.append(figures["seconds"])
                     rss.append(figures["peak_rss_mib"])
                     imports.append(figures["import_seconds"])
@@ -296,7 +300,346 @@ def measure_batches(scratch: Path, tasks: int, worker_counts: list[int]) -> dict
     return {"tasks": tasks, "by_workers": result}
 
 
-PARTS = ("extract", "evaluate", "batch")
+# --- a suite's view: the extraction cache, the runner's own overhead, attempts, the daemon ------
+
+def measure_cache(image: str, files: int, scratch: Path, repeat: int) -> dict:
+    """A cached attempt's extract + baseline against the first attempt's (which fills the cache)
+    and against the reference's CLI way, on the same tree, side by side."""
+    firsts, cached, clis, uncached = [], [], [], []
+    for round_ in range(repeat):
+        cache = scratch / f"cache-{round_}"
+        remove_tree(cache)
+        for dest in ("first", "cached", "cli", "uncached"):
+            remove_tree(scratch / f"{dest}-{files}")
+        uncached.append(run_child("extract", image, str(scratch / f"uncached-{files}"), "-")["seconds"])
+        first = run_child("extract", image, str(scratch / f"first-{files}"), str(cache))
+        firsts.append(first["seconds"])
+        for _ in range(3):  # a checkout is under a second, where this machine's noise is large: best of three
+            remove_tree(scratch / f"cached-{files}")
+            hit = run_child("extract", image, str(scratch / f"cached-{files}"), str(cache))
+            if first["from_cache"] or not hit["from_cache"]:
+                raise SystemExit("the cache did not behave: the first attempt must fill it, the next ones take it")
+            cached.append(hit["seconds"])
+        clis.append(cli_extract_and_baseline(image, scratch / f"cli-{files}"))
+        remove_tree(cache)
+    result = {
+        "files": files,
+        "first_attempt_seconds": min(firsts),
+        "cached_attempt_seconds": min(cached),
+        "no_cache_seconds": min(uncached),
+        "cli_seconds": min(clis),
+        "ratio_cached_vs_first": min(cached) / min(firsts),
+        "ratio_cached_vs_no_cache": min(cached) / min(uncached),
+        "ratio_cached_vs_cli": min(cached) / min(clis),
+        "fill_cost_ratio": min(firsts) / min(uncached),
+    }
+    print(f"extract+baseline, {files} files: cached attempt {min(cached):.2f} s  first attempt (fills the cache) "
+          f"{min(firsts):.2f} s  ratio {result['ratio_cached_vs_first']:.3f}  | no cache {min(uncached):.2f} s  "
+          f"cli {min(clis):.2f} s  cached/cli {result['ratio_cached_vs_cli']:.3f}", flush=True)
+    return result
+
+
+def _prompts(jobs: Path, tags: list[str], prompt: str) -> None:
+    for tag in tags:
+        (jobs / tag / "context").mkdir(parents=True, exist_ok=True)
+        (jobs / tag / "context" / "prompt.md").write_text(prompt)
+
+
+def _docker_runs(count: int, at_once: int) -> float:
+    """``count`` times ``docker run --rm IMAGE true``, ``at_once`` at a time: the least a task costs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        list(pool.map(lambda _i: sh("docker", "run", "--rm", "--entrypoint", "true", STUB_IMAGE), range(count)))
+    return time.perf_counter() - started
+
+
+def _runner_batch(jobs: Path, tags: list[str], workers: int, *extra: str) -> tuple[float, dict]:
+    argv = [sys.executable, "-m", "runner", "--execute", "--jobs-dir", str(jobs), "--workers", str(workers),
+            "--codex-bin", str(FAKE_CODEX), *[arg for tag in tags for arg in ("--tag", tag)], *extra]
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"batch failed ({done.returncode}): {done.stderr[-2000:]}")
+    return wall, json.loads(done.stdout)
+
+
+def measure_overhead(scratch: Path, tasks: int) -> dict:
+    """Everything that is not the agent or the task's test: a no-op codex (the fake, which edits
+    two files at once) and no-op apply and test commands, per task, against ``docker run --rm``."""
+    result = {}
+    for workers in (1, 4):
+        jobs = scratch / f"overhead-{workers}"
+        remove_tree(jobs)
+        tags = [f"bench_{i}" for i in range(tasks)]
+        _prompts(jobs, tags, "fake-codex-mode: fix\n")
+        runner_wall, summary = _runner_batch(
+            jobs, tags, workers, "--image", STUB_IMAGE, "--apply-cmd", "true", "--test-cmd", "true",
+            "--cache-dir", str(scratch / f"overhead-cache-{workers}"),
+        )
+        if summary["ran"] != tasks or summary["states"].get("completed") != tasks:
+            raise SystemExit(f"overhead batch did not complete: {summary}")
+        docker_wall = _docker_runs(tasks, workers)
+        remove_tree(jobs)
+        figures = {"tasks": tasks, "runner_seconds_per_task": runner_wall / tasks,
+                   "docker_run_rm_seconds_per_task": docker_wall / tasks, "ratio": runner_wall / docker_wall}
+        result["sequential" if workers == 1 else f"{workers}_slots"] = figures
+        print(f"runner overhead per task, {workers} at once: runner {figures['runner_seconds_per_task']:.2f} s  "
+              f"docker run --rm {figures['docker_run_rm_seconds_per_task']:.2f} s  ratio {figures['ratio']:.2f}",
+              flush=True)
+    return result
+
+
+def _suite_images(count: int) -> list[str]:
+    """``count`` images with ids of their own (the stub plus a label), tagged as the suite's tags'."""
+    import io
+
+    import docker
+
+    client = docker.from_env()
+    tags = []
+    try:
+        for i in range(count):
+            tag = f"bsuite_{i}"
+            dockerfile = f"FROM {STUB_IMAGE}\nLABEL io.agentissue-runner.bench-tag={tag}\n".encode()
+            client.images.build(fileobj=io.BytesIO(dockerfile), tag=f"alfin06/agentissue-bench:{tag}", rm=True)
+            tags.append(tag)
+    finally:
+        client.close()
+    return tags
+
+
+def _remove_images(tags: list[str]) -> None:
+    for tag in tags:
+        subprocess.run(["docker", "rmi", f"alfin06/agentissue-bench:{tag}"], capture_output=True)
+
+
+def measure_suite(scratch: Path, tags_count: int, attempts: int, workers: int) -> dict:
+    """A suite of ``tags_count`` tags x ``attempts`` attempts in one batch (the cache on) against the
+    same number of independent single runs (``--execute`` each, the cache off), ``workers`` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tags = _suite_images(tags_count)
+    try:
+        jobs = scratch / "suite"
+        remove_tree(jobs)
+        _prompts(jobs, tags, "fake-codex-mode: fix\n")
+        suite_wall, summary = _runner_batch(
+            jobs, tags, workers, "--attempts", str(attempts), "--cache-dir", str(scratch / "suite-cache"),
+        )
+        if summary["resolved"] != tags_count * attempts:
+            raise SystemExit(f"the suite did not resolve every attempt: {summary}")
+        remove_tree(jobs)
+
+        singles = scratch / "singles"
+        remove_tree(singles)
+        units = [(tag, i) for tag in tags for i in range(1, attempts + 1)]
+        for tag, i in units:
+            _prompts(singles, [f"{tag}-{i}"], "fake-codex-mode: fix\n")
+
+        def single(unit: tuple[str, int]) -> int:
+            tag, i = unit
+            return subprocess.run(
+                [sys.executable, "-m", "runner", "--execute", "--job-root", str(singles / f"{tag}-{i}"), "--tag", tag,
+                 "--codex-bin", str(FAKE_CODEX), "--cache-max-gb", "0"],
+                cwd=REPO, capture_output=True,
+            ).returncode
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            codes = list(pool.map(single, units))
+        singles_wall = time.perf_counter() - started
+        if any(codes):
+            raise SystemExit(f"single runs failed: {codes}")
+        remove_tree(singles)
+    finally:
+        _remove_images(tags)
+    result = {"tags": tags_count, "attempts": attempts, "workers": workers, "suite_seconds": suite_wall,
+              "single_runs_seconds": singles_wall, "ratio": suite_wall / singles_wall}
+    print(f"suite of {tags_count} tags x {attempts} attempts, {workers} workers: {suite_wall:.1f} s  "
+          f"{len(units)} single runs {singles_wall:.1f} s  ratio {result['ratio']:.2f}", flush=True)
+    return result
+
+
+def _codex_with_stamps(scratch: Path) -> tuple[Path, Path]:
+    """The fake codex behind a shell wrapper that stamps the instant the codex phase starts it."""
+    stamps = scratch / "stamps"
+    stamps.mkdir(parents=True, exist_ok=True)
+    wrapper = scratch / "codex-stamped"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'd=""; prev=""; for a in "$@"; do [ "$prev" = "--cd" ] && d="$a"; prev="$a"; done\n'
+        f'[ -n "$d" ] && date +%s.%N > "{stamps}/$(echo "$d" | tr / _)"\n'
+        f'exec {sys.executable} {FAKE_CODEX} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, stamps
+
+
+def _tree_rss_mib(pid: int) -> tuple[float, float]:
+    """(this process's RSS, its whole process tree's RSS), in MiB."""
+    def rss(p: int) -> float:
+        return _status_mib(p, "VmRSS")
+
+    def children(p: int) -> list[int]:
+        found = []
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                found += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return found
+
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += rss(current)
+        todo += children(current)
+    return rss(pid), total
+
+
+def measure_daemon(scratch: Path, broker: str, rounds: int, submit_tasks: int) -> dict:
+    """Time from ``submit`` to the codex phase starting on an idle worker; submit throughput; the
+    worker's peak RSS with 4 busy slots. Needs a Redis (``--broker``)."""
+    import uuid
+
+    import redis
+
+    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    wrapper, stamps = _codex_with_stamps(scratch)
+    codex_home = scratch / "codex-home"
+    codex_home.mkdir(exist_ok=True)
+    (codex_home / "auth.json").write_text("{}\n")
+    prompts, jobs = scratch / "daemon-prompts", scratch / "daemon-jobs"
+    jobs.mkdir(exist_ok=True)
+    env = {**os.environ, "CODEX_HOME": str(codex_home), "RUNNER_CACHE_DIR": str(scratch / "daemon-cache")}
+    common = ["--broker", broker, "--namespace", namespace]
+
+    def submit(suite: str, tags: list[str], *extra: str) -> float:
+        argv = [sys.executable, "-m", "runner", "submit", *common, "--suite", suite, "--prompts-dir", str(prompts),
+                "--image", STUB_IMAGE, *[a for t in tags for a in ("--tag", t)], *extra]
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"submit failed: {done.stderr[-2000:]}")
+        return time.perf_counter() - started
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "runner", "worker", *common, "--jobs-dir", str(jobs), "--codex-bin", str(wrapper),
+         "--name", "bench", "--slots", "4", "--check-interval", "5", "--min-free-gb", "0"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    client = redis.Redis.from_url(broker)
+    try:
+        for line in worker.stderr:
+            if "worker_started" in line:
+                break
+        else:
+            raise SystemExit("the worker did not start")
+        threading_drain(worker)
+        latencies = []
+        for round_ in range(rounds + 1):  # the first round warms the cache (one extraction); not counted
+            tag = f"lat_{round_}"
+            _prompts(prompts, [tag], "fake-codex-mode: fix\n")
+            started = time.time()
+            submit(f"latency-{round_}", [tag])
+            stamp = _wait_for_stamp(stamps, f"latency-{round_}")
+            if round_:
+                latencies.append(stamp - started)
+            _wait_idle(client, namespace, f"latency-{round_}", 1)
+
+        busy_tags = [f"busy_{i}" for i in range(4)]
+        _prompts(prompts, busy_tags, "fake-codex-sleep: 6\nfake-codex-mode: fix\n")
+        submit("busy", busy_tags)
+        peak_worker, peak_tree = 0.0, 0.0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            own, tree = _tree_rss_mib(worker.pid)
+            peak_worker, peak_tree = max(peak_worker, own), max(peak_tree, tree)
+            if _finished(client, namespace, "busy") == 4:
+                break
+            time.sleep(0.1)
+        hwm = _status_mib(worker.pid, "VmHWM")
+
+        flood = [f"flood_{i}" for i in range(submit_tasks)]
+        _prompts(prompts, flood, "fake-codex-mode: fix\n")
+        flood_seconds = submit("flood", flood, "--queue", "bench-nobody")  # no worker takes them
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        for key in client.scan_iter(f"{namespace}*"):
+            client.delete(key)
+        for key in client.scan_iter(f"dramatiq:*{namespace}*"):
+            client.delete(key)
+        client.close()
+    result = {
+        "submit_to_codex_seconds_median": statistics.median(latencies),
+        "submit_to_codex_seconds_max": max(latencies),
+        "rounds": rounds,
+        "submit_tasks": submit_tasks,
+        "submit_seconds": flood_seconds,
+        "submit_tasks_per_second": submit_tasks / flood_seconds,
+        "worker_peak_rss_mib_4_busy_slots": max(peak_worker, hwm),
+        "worker_and_tasks_peak_rss_mib": peak_tree,
+    }
+    print(f"daemon: submit -> codex on an idle worker median {result['submit_to_codex_seconds_median']:.2f} s "
+          f"(max {result['submit_to_codex_seconds_max']:.2f} s); submit {submit_tasks} tasks in {flood_seconds:.2f} s "
+          f"= {result['submit_tasks_per_second']:.0f} tasks/s; worker peak RSS with 4 busy slots "
+          f"{result['worker_peak_rss_mib_4_busy_slots']:.0f} MiB (with its tasks {peak_tree:.0f} MiB)", flush=True)
+    return result
+
+
+def threading_drain(process: subprocess.Popen) -> None:
+    """Keep reading the worker's log so its pipe never fills."""
+    import threading
+
+    threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()
+
+
+def _wait_for_stamp(stamps: Path, suite: str, timeout: float = 120) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in stamps.glob(f"*_{suite}_*"):
+            text = path.read_text().strip()
+            if text:
+                return float(text)
+        time.sleep(0.005)
+    raise SystemExit(f"codex never started for {suite}")
+
+
+def _finished(client, namespace: str, suite: str) -> int:
+    from runner.fleet.broker import Keys
+    from runner.fleet.ledger import SuiteLedger, TaskState
+
+    rows = SuiteLedger(client, Keys(namespace), suite).rows()
+    return sum(1 for row in rows if row.state in (TaskState.DONE, TaskState.FAILED))
+
+
+def _wait_idle(client, namespace: str, suite: str, tasks: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _finished(client, namespace, suite) < tasks:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{suite} did not finish")
+        time.sleep(0.1)
+
+
+def _status_mib(pid: int, field: str) -> float:
+    """A memory figure of /proc/<pid>/status (VmRSS, VmHWM), in MiB; 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+PARTS = ("extract", "evaluate", "batch", "cache", "overhead", "suite", "daemon")
 
 
 def engine_version() -> str:
@@ -318,6 +661,8 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, default=Path("/dev/shm/runner-bench"))
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--batch-tasks", type=int, default=8)
+    parser.add_argument("--broker", default=os.environ.get("RUNNER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
+                        help="a Redis for the daemon's figures (default redis://127.0.0.1:6379/14)")
     parser.add_argument("--output", type=Path, default=None,
                         help="default: bench/results/latest.json, or latest-<parts>.json with --only")
     args = parser.parse_args()
@@ -329,14 +674,15 @@ def main() -> None:
         f"latest-{'-'.join(sorted(set(args.only)))}.json" if args.only else "latest.json")
     sizes = [1000, 20000] if args.quick else sorted(TREES)
     repeat = args.repeat or (2 if args.quick else 3)
-    report: dict = {"machine": {"cpus": os.cpu_count(), "docker_engine": engine_version(),
+    report: dict = {"date": time.strftime("%Y-%m-%d"),
+                    "machine": {"cpus": os.cpu_count(), "docker_engine": engine_version(),
                                 "scratch": "tmpfs" if str(args.scratch).startswith("/dev/shm") else "disk"}}
     targets: dict[str, bool] = {}
     print(f"Docker Engine {report['machine']['docker_engine']}", flush=True)
     remove_tree(args.scratch)
     args.scratch.mkdir(parents=True)
     try:
-        images = build_images(sizes if "extract" in parts else [])
+        images = build_images(sizes if "extract" in parts else ([20000] if "cache" in parts else []))
         if "extract" in parts:
             extract = measure_extract(images, args.scratch, repeat)
             biggest = extract[max(extract)]
@@ -350,12 +696,25 @@ def main() -> None:
             targets["evaluate_overhead_ratio_at_most_1_1"] = report["evaluate_overhead"]["ratio"] <= 1.1
         if "batch" in parts:
             report["batch_throughput"] = measure_batches(args.scratch, args.batch_tasks, [1, 2, 4])
+        if "cache" in parts:
+            report["extraction_cache"] = measure_cache(images[20000], 20000, args.scratch, repeat)
+            targets["cached_attempt_at_most_0_1_of_first"] = report["extraction_cache"]["ratio_cached_vs_first"] <= 0.1
+        if "overhead" in parts:
+            report["runner_overhead"] = measure_overhead(args.scratch, 8)
+            for name, figures in report["runner_overhead"].items():
+                targets[f"runner_overhead_{name}_at_most_2_5x_docker_run"] = figures["ratio"] <= 2.5
+        if "suite" in parts:
+            report["suite_with_attempts"] = measure_suite(args.scratch, 8, 4, 4)
+            targets["suite_8x4_faster_than_32_single_runs"] = report["suite_with_attempts"]["ratio"] < 1.0
+        if "daemon" in parts:
+            report["daemon"] = measure_daemon(args.scratch, args.broker, 5, 500)
     finally:
         remove_tree(args.scratch)
     report["targets"] = targets
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    print(json.dumps(targets, indent=2))
+    for name, met in targets.items():
+        print(f"target {name}: {'met' if met else 'NOT MET'}")
     print(f"figures written to {output.relative_to(REPO) if output.is_relative_to(REPO) else output}")
 
 
