@@ -432,6 +432,9 @@ def measure_suite(scratch: Path, tags_count: int, attempts: int, workers: int) -
         if summary["resolved"] != tags_count * attempts:
             raise SystemExit(f"the suite did not resolve every attempt: {summary}")
         remove_tree(jobs)
+        _prompts(jobs, tags, "fake-codex-mode: fix\n")  # the same batch, the cache off: what the cache saves
+        uncached_wall, _summary = _runner_batch(jobs, tags, workers, "--attempts", str(attempts), "--cache-max-gb", "0")
+        remove_tree(jobs)
 
         singles = scratch / "singles"
         remove_tree(singles)
@@ -457,9 +460,12 @@ def measure_suite(scratch: Path, tags_count: int, attempts: int, workers: int) -
     finally:
         _remove_images(tags)
     result = {"tags": tags_count, "attempts": attempts, "workers": workers, "suite_seconds": suite_wall,
-              "single_runs_seconds": singles_wall, "ratio": suite_wall / singles_wall}
+              "single_runs_seconds": singles_wall, "ratio": suite_wall / singles_wall,
+              "suite_cache_off_seconds": uncached_wall, "ratio_vs_cache_off": suite_wall / uncached_wall}
     print(f"suite of {tags_count} tags x {attempts} attempts, {workers} workers: {suite_wall:.1f} s  "
-          f"{len(units)} single runs {singles_wall:.1f} s  ratio {result['ratio']:.2f}", flush=True)
+          f"{len(units)} single runs {singles_wall:.1f} s  ratio {result['ratio']:.2f}  "
+          f"(the same suite with the cache off {uncached_wall:.1f} s, ratio {result['ratio_vs_cache_off']:.2f})",
+          flush=True)
     return result
 
 

@@ -121,8 +121,10 @@ def batch_units(jobs_dir: Path, tags: list[str], attempts: int) -> list[Unit]:
 
 
 def attempt_units(tags: list[str], attempts: int, root_of: Callable[[str], Path]) -> list[Unit]:
+    """Attempt-major: every tag's first attempt comes first, so the first wave extracts different
+    images at once and the later attempts, which wait for their tag's extraction, come after."""
     check_attempts(attempts)
-    return [Unit(tag, i, root_of(tag) / f"attempt-{i}") for tag in tags for i in range(1, attempts + 1)]
+    return [Unit(tag, i, root_of(tag) / f"attempt-{i}") for i in range(1, attempts + 1) for tag in tags]
 
 
 def seed_prompt(unit: Unit) -> None:
