@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from requests.exceptions import RequestException
 
 from runner.atomic import open_private, write_bytes_atomic
-from runner.batch import read_tags_file, unique_tags
+from runner.tags import read_tags_file, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import (
     LABEL_PHASE,

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from runner.audit import read_audit_labels
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.jobroot import BENCHMARK_RUN, JobRoot
 from runner.journal import default_state_dir, evaluated
@@ -37,7 +38,7 @@ from runner.ledger import LedgerRow, RunLedger, row_key
 from runner.lifeline import BATCH_PARENT_ENV
 from runner.public import private_texts_for
 from runner.lock import LOCK_NAME, job_root_lock
-from runner.settings import SAFE_HOST_PATH, SAFE_TAG, RunnerSettings
+from runner.settings import SAFE_HOST_PATH, RunnerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -54,33 +55,6 @@ _STATE_BY_EXIT = {
     int(ExitCode.BAD_ENVIRONMENT): "bad_environment",
     int(ExitCode.INTERRUPTED): "interrupted",
 }
-
-
-def read_tags_file(path: Path) -> list[str]:
-    """One tag a line; ``#`` starts a comment; blank lines are skipped.
-
-    Raises:
-        BadInputError: unreadable file, or a line that is not a safe tag (naming the line).
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInputError(f"--tags-file cannot be read ({type(e).__name__})") from e
-    tags: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        tag = line.split("#", 1)[0].strip()
-        if not tag:
-            continue
-        if not SAFE_TAG.fullmatch(tag) or ".." in tag:
-            raise BadInputError(f"--tags-file line {number}: {tag[:40]!r} is not a safe tag")
-        tags.append(tag)
-    return tags
-
-
-def unique_tags(tags: list[str]) -> list[str]:
-    if not tags:
-        raise BadInputError("the batch has no tags: give --tags-file FILE or --tag T (repeatable)")
-    return list(dict.fromkeys(tags))
 
 
 # The reference's variables that name one task: a batch passes each task's own as flags.
@@ -572,6 +546,4 @@ def _run_locked(
 
 
 def _audit_labels(jobs_dir: Path) -> dict[str, str] | None:
-    from runner.audit import read_audit_labels  # the audit imports this module
-
     return read_audit_labels(jobs_dir)

@@ -18,7 +18,8 @@ import structlog
 
 from reducers.markers import read_markers
 from runner import early_signals
-from runner.batch import BatchSummary, check_attempts, read_tags_file, run_attempts, run_batch, unique_tags
+from runner.batch import BatchSummary, check_attempts, run_attempts, run_batch
+from runner.tags import read_tags_file, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, RunnerError

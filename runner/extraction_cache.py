@@ -29,6 +29,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +163,7 @@ class ExtractionCache:
             record = self._record(key)
             if record is None:
                 return None
-            self._check(key, record)
+            self._check(key, record, digests=False)  # the digests are checked during the checkout
         except CacheEntryError as e:
             log.warning("cache_entry_discarded", key=key[:12], reason=str(e))
             self.discard(key)
@@ -170,13 +171,13 @@ class ExtractionCache:
         os.utime(self.entry_dir(key) / ENTRY_FILE)  # least recently used is by this time
         return record
 
-    def _check(self, key: str, record: EntryRecord) -> None:
+    def _check(self, key: str, record: EntryRecord, *, digests: bool = True) -> None:
         entry = self.entry_dir(key)
         if record.key != key:
             raise CacheEntryError(f"cache entry {key[:12]}: records another key")
         for relative, wanted in record.file_sha256.items():
             path = entry / relative
-            if not path.is_file() or path.is_symlink() or sha256_file(path) != wanted:
+            if not path.is_file() or path.is_symlink() or (digests and sha256_file(path) != wanted):
                 raise CacheEntryError(f"cache entry {key[:12]}: {relative} is not what was stored")
         try:
             head = open_baseline(entry / BASELINE_DIR, entry).git.rev_parse("--verify", f"refs/heads/{BRANCH}^{{commit}}")
@@ -254,7 +255,16 @@ class ExtractionCache:
             pack_dir.mkdir(parents=True, exist_ok=True)
             for source in sorted((entry / BASELINE_DIR / "objects" / "pack").glob("pack-*")):
                 shutil.copyfile(source, pack_dir / source.name)  # a copy: nothing of the cache is shared
-            checkout_baseline(repo, record.baseline_commit)
+            # The copies are hashed while git checks the tree out (hashlib runs outside the GIL);
+            # the tree is placed only when every digest is the recorded one.
+            copies = {relative: baseline_git_dir / relative.removeprefix(f"{BASELINE_DIR}/")
+                      for relative in record.file_sha256 if relative.startswith(f"{BASELINE_DIR}/")}
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                wrong = pool.submit(_mismatched, record.file_sha256, {**copies, EXTRAS_TAR: entry / EXTRAS_TAR})
+                checkout_baseline(repo, record.baseline_commit)
+                bad = wrong.result()
+            if bad:
+                raise CacheEntryError(f"cache entry {key[:12]}: {bad[0]} is not what was stored")
             with tarfile.open(entry / EXTRAS_TAR, mode="r:") as extras:
                 extras.extractall(tree, filter="data")
         except (GitCommandError, tarfile.TarError, OSError) as e:
@@ -302,6 +312,14 @@ class ExtractionCache:
             if time.time() - stale.stat().st_mtime > 3600:  # left by a fill that died
                 remove_tree(stale)
         return removed
+
+
+def _mismatched(wanted: dict[str, str], paths: dict[str, Path]) -> list[str]:
+    """The recorded files whose digest (at ``paths``) is not the recorded one, or that are missing."""
+    return [
+        relative for relative, digest in wanted.items()
+        if relative not in paths or not paths[relative].is_file() or sha256_file(paths[relative]) != digest
+    ]
 
 
 def _write_extras(tree: Path, tracked: set[str], path: Path) -> None:

@@ -21,7 +21,7 @@ from dramatiq import Message
 
 from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
-from runner.batch import read_tags_file, unique_tags
+from runner.tags import read_tags_file, unique_tags
 from runner.errors import BadInputError, ExitCode, RunnerError
 from runner.fleet.broker import DEFAULT_NAMESPACE, Keys, connect_redis, make_broker, task_message
 from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.batch import Unit, _row, child_argv, child_environment, read_tags_file, unique_tags
+from runner.batch import Unit, _row, child_argv, child_environment
+from runner.tags import read_tags_file, unique_tags
 from runner.errors import BadInputError, CompactInputError, PublicSafetyError
 from runner.ledger import LedgerRow, RunLedger
 from runner.settings import load_settings

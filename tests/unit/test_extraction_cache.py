@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.extraction_cache import ExtractionCache, TreeStats, cache_key
+from runner.extraction_cache import CacheEntryError, ExtractionCache, TreeStats, cache_key
 from runner.jobroot import JobRoot
 from runner.phases.baseline import build_baseline
 from runner.trees import walk
@@ -90,8 +90,26 @@ def test_an_entry_whose_branch_moved_or_file_changed_is_discarded(tmp_path: Path
     assert cache.lookup("k1") is None and not (cache.root / "k1").exists()
 
     _fill(cache, _job(tmp_path, "b"), "k2")
-    (cache.root / "k2" / "extras.tar").write_bytes(b"tampered")
-    assert cache.lookup("k2") is None and not (cache.root / "k2").exists()
+    (pack,) = (cache.root / "k2" / "baseline.git" / "objects" / "pack").glob("*.pack")
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in a stored (uncompressed) object
+    pack.write_bytes(bytes(data))
+    record = cache.lookup("k2")
+    assert record is not None  # the digests are checked as the entry is checked out
+    target = JobRoot.at(tmp_path / "c", "t")
+    target.root.mkdir()
+    with pytest.raises(CacheEntryError):  # git's own checksum or the recorded digest, whichever sees it first
+        cache.checkout("k2", record, baseline_git_dir=target.baseline_git_dir, tree=target.buggy_source)
+
+    _fill(cache, _job(tmp_path, "d"), "k3")
+    extras = cache.root / "k3" / "extras.tar"
+    extras.write_bytes(extras.read_bytes().replace(b"ignored but extracted", b"IGNORED BUT EXTRACTED"))
+    record = cache.lookup("k3")
+    target = JobRoot.at(tmp_path / "e", "t")
+    target.root.mkdir()
+    with pytest.raises(CacheEntryError, match="extras.tar is not what was stored"):
+        cache.checkout("k3", record, baseline_git_dir=target.baseline_git_dir, tree=target.buggy_source)
+    assert not (target.buggy_source / "debug.log").exists()  # nothing of a bad entry is placed
 
 
 def test_least_recently_used_entries_go_first_and_locked_ones_stay(tmp_path: Path) -> None:

@@ -1,0 +1,35 @@
+"""Tag lists as operators give them: a tags file, repeated --tag; shared by the batch, the audit and submit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.errors import BadInputError
+from runner.settings import SAFE_TAG
+
+
+def read_tags_file(path: Path) -> list[str]:
+    """One tag a line; ``#`` starts a comment; blank lines are skipped.
+
+    Raises:
+        BadInputError: unreadable file, or a line that is not a safe tag (naming the line).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInputError(f"--tags-file cannot be read ({type(e).__name__})") from e
+    tags: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        tag = line.split("#", 1)[0].strip()
+        if not tag:
+            continue
+        if not SAFE_TAG.fullmatch(tag) or ".." in tag:
+            raise BadInputError(f"--tags-file line {number}: {tag[:40]!r} is not a safe tag")
+        tags.append(tag)
+    return tags
+
+
+def unique_tags(tags: list[str]) -> list[str]:
+    if not tags:
+        raise BadInputError("the batch has no tags: give --tags-file FILE or --tag T (repeatable)")
+    return list(dict.fromkeys(tags))
