@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tags-file", type=Path, help="batch: one tag a line, '#' comments")
     parser.add_argument("--jobs-dir", type=Path, help="batch: one job root per tag, DIR/<tag>, prompts at DIR/<tag>/context/prompt.md")
-    parser.add_argument("--workers", type=int, help="batch: tasks run at once (default 1)")
+    parser.add_argument("--workers", type=int, help="batch (or --attempts): tasks run at once (default 1)")
     parser.add_argument(
         "--attempts", type=int,
         help="independent attempts per tag (default 1): each its own job root <job root>/attempt-<i> "
