@@ -84,9 +84,3 @@ def test_plan_mode_creates_no_container_and_no_file(docker_client, tmp_path: Pat
     # Nothing new (a container of an earlier test may still be going away meanwhile).
     assert {c.id for c in docker_client.containers.list(all=True)} - before == set()
     assert str(tmp_path) not in done.stdout
-
-
-def test_plan_in_markdown() -> None:
-    done = run_cli("--format", "markdown")
-    assert done.returncode == 0
-    assert done.stdout.startswith("# runner: plan") and "## phases" in done.stdout

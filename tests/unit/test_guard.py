@@ -40,6 +40,7 @@ def test_each_forbidden_key_is_refused_with_its_path(key: str) -> None:
 def test_each_forbidden_text_is_refused(text: str) -> None:
     error = _refused({**SAFE, "note": f"see {text} here"})
     assert error.key_path == "note"
+    assert error.rule == f"forbidden text {text!r}"  # refused for this text, not by another rule
 
 
 def test_a_planted_secret_value_is_refused() -> None:

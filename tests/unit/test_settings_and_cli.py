@@ -86,8 +86,20 @@ def test_execute_needs_a_job_root() -> None:
     assert done.returncode == 2 and "--job-root" in done.stderr
 
 
-def test_modes_are_exclusive() -> None:
-    assert run_cli("--execute", "--reduce").returncode == 2
+@pytest.mark.parametrize(
+    "modes",
+    [("--execute", "--reduce"), ("--precheck", "--execute"), ("--sweep", "--list-tags"), ("--cache", "list", "--reduce")],
+)
+def test_modes_are_exclusive(modes: tuple[str, ...]) -> None:
+    done = run_cli(*modes)
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr  # argparse's group, not a later check
+
+
+def test_plan_in_markdown() -> None:
+    """The plan touches neither Docker nor a file, so it is a unit test."""
+    done = run_cli("--format", "markdown")
+    assert done.returncode == 0
+    assert done.stdout.startswith("# runner: plan") and "## phases" in done.stdout
 
 
 def test_reduce_on_a_job_root_never_run_names_the_missing_marker(tmp_path: Path) -> None:
