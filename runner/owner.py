@@ -17,12 +17,22 @@ from functools import lru_cache
 _ZOMBIE = "zombie"
 
 
-def _start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks; ``_ZOMBIE`` for a zombie; None when unreadable."""
+def stat_fields(pid: int | str) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (field 3, the state, first); None once gone.
+
+    The name is cut at the last ')': a process may name itself anything, spaces and ')' too.
+    """
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks; ``_ZOMBIE`` for a zombie; None when unreadable."""
+    fields = stat_fields(pid)
+    if not fields:
         return None
     if fields[0] == "Z":
         return _ZOMBIE

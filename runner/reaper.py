@@ -14,6 +14,8 @@ import ctypes
 import os
 import signal
 
+from runner.owner import stat_fields
+
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -31,12 +33,9 @@ def _parents() -> dict[int, int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        parents[int(entry)] = int(fields[1])
+        fields = stat_fields(entry)
+        if fields and len(fields) > 1:  # else gone meanwhile
+            parents[int(entry)] = int(fields[1])
     return parents
 
 

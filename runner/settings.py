@@ -1,7 +1,11 @@
 """Settings: flags, then the reference script's environment variables, then defaults.
 
-Built once at the entry point and passed down; nothing reads the environment
-after that. Every value that ends up in a container name, a label, a path or a
+Built once at the entry point and passed down: no setting of the task is read
+from the environment after that. The environment is still read for what is not a
+setting: the provider key and CODEX_HOME for codex's allowlisted environment, the
+secret values the public guard refuses, the state directory's XDG default, Docker's
+own variables (through docker-py), the batch's lifeline and the test session label.
+Every value that ends up in a container name, a label, a path or a
 public file is validated here, so bad input is refused before any work.
 """
 

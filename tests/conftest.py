@@ -46,6 +46,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(STATE_DIR, ignore_errors=True)
 
 
+def _running(pid: int | str) -> bool:
+    """Alive and not a zombie (the runner's own /proc reader)."""
+    from runner.owner import stat_fields
+
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
 def processes_in(tree: Path) -> list[int]:
     """Live processes whose working directory is ``tree`` or below it: the agent's, in a test."""
     found = []
@@ -55,10 +63,9 @@ def processes_in(tree: Path) -> list[int]:
             continue
         try:
             cwd = os.readlink(f"/proc/{entry}/cwd")
-            with open(f"/proc/{entry}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
         except OSError:
+            continue
+        if not _running(entry):
             continue
         if cwd == prefix or cwd.startswith(prefix + "/"):
             found.append(int(entry))
@@ -332,10 +339,9 @@ def git_processes_of(job: Path) -> list[int]:
             with open(f"/proc/{entry}/environ", "rb") as environ:
                 if wanted not in environ.read().split(b"\0"):
                     continue
-            with open(f"/proc/{entry}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
         except OSError:
+            continue
+        if not _running(entry):
             continue
         found.append(int(entry))
     return found
@@ -361,12 +367,7 @@ def wait_dead(pid: int, seconds: float = 10) -> bool:
     import time
 
     def alive() -> bool:
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat") as stat:
-                return stat.read().split(")")[-1].split()[0] != "Z"
-        except (ProcessLookupError, FileNotFoundError):
-            return False
+        return _running(pid)
 
     deadline = time.monotonic() + seconds
     while alive() and time.monotonic() < deadline:
