@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reducers.markers import compact_input_error
 from reducers.models import Marker, Phase
-from runner.errors import CompactInputError
+from reducers.errors import CompactInputError
 
 BENCHMARK_ID = "agentissue-bench"
 SOURCE_RUNNER = "agentissue_runner"

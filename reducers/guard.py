@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from runner.errors import PublicSafetyError
+from reducers.errors import PublicSafetyError
 
 # From the reference reducer (AGENTISSUE_REAL_RESULT_FORBIDDEN_KEYS), unchanged.
 FORBIDDEN_KEYS = frozenset(

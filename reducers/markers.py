@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reducers.models import Marker, Phase
-from runner.errors import CompactInputError
+from reducers.errors import CompactInputError
 
 
 def marker_filename(phase: Phase) -> str:

@@ -50,7 +50,7 @@ from runner.docker_utils import (
     runner_labels,
     wait_main_process,
 )
-from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, RunnerError
+from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, REFUSALS, exit_code_of
 from runner.lock import job_root_lock
 from runner.phases.evaluate import (
     NETWORK_PROBE_PHASE,
@@ -429,10 +429,10 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         document, code = run_audit(args)
-    except RunnerError as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(e.exit_code))
+    except REFUSALS as e:
+        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner: {e}", file=sys.stderr)
-        return int(e.exit_code)
+        return int(exit_code_of(e))
     except KeyboardInterrupt:
         print("runner: audit interrupted; the ledger holds every tag finished so far", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)

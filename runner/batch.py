@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import structlog
 
 from runner.audit import read_audit_labels
-from runner.errors import BadInputError, ExitCode, RunnerError
+from runner.errors import BadInputError, ExitCode, REFUSALS
 from runner.jobroot import BENCHMARK_RUN, JobRoot
 from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger, row_key
@@ -498,7 +498,7 @@ def _run_locked(
         with ledger_lock:
             try:
                 ledger.upsert(row)
-            except (OSError, RunnerError) as e:  # the ledger could not be written: the task's own files stand
+            except (OSError, *REFUSALS) as e:  # the ledger could not be written: the task's own files stand
                 log.error("ledger_not_written", task=unit.name, error_type=type(e).__name__)
             ran.append(row)
         progress.finished(row)
@@ -518,7 +518,7 @@ def _run_locked(
         if ledger.journal_entries:
             try:
                 ledger.compact()  # the snapshot holds every row when the batch ends
-            except (OSError, RunnerError) as e:
+            except (OSError, *REFUSALS) as e:
                 log.error("ledger_not_written", error_type=type(e).__name__)
     interrupted = interrupted or any(row.state == "interrupted" for row in ran)
     phase_seconds: Counter[str] = Counter()

@@ -22,7 +22,7 @@ from runner.batch import BatchSummary, check_attempts, run_attempts, run_batch
 from runner.tags import read_tags_file, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
-from runner.errors import BadInputError, ExitCode, RunnerError
+from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
 from runner.jobroot import PUBLIC_FILES, JobRoot
 from runner.journal import Journal, default_state_dir
 from runner.lifeline import follow_batch_parent
@@ -368,10 +368,10 @@ def main(argv: list[str] | None = None) -> int:
             report, code = _cache(settings, args.cache)
         else:
             report, code = MODES[mode](settings)
-    except RunnerError as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(e.exit_code))
+    except REFUSALS as e:
+        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner: {e}", file=sys.stderr)
-        return int(e.exit_code)
+        return int(exit_code_of(e))
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
         if _is_batch(args) or _is_attempts(args):  # stopped while reading its input: a batch still answers with its summary

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+# What reducers/ raises has its own root there (reducers import nothing of runner/); it is
+# re-exported here, so that errors are imported from one place, and mapped to exit codes below.
+from reducers.errors import CompactInputError, PublicSafetyError, ReducerError  # noqa: F401 (re-exported)
+
 
 class ExitCode(IntEnum):
     """The documented exit codes of ``python -m runner``."""
@@ -141,25 +145,13 @@ class UnsafeArchiveError(PhaseError):
         )
 
 
-class PublicSafetyError(RunnerError):
-    """A public file would carry something private; nothing is written."""
-
-    reason = "public_safety_violation"
-
-    def __init__(self, document: str, key_path: str, rule: str) -> None:
-        self.document = document
-        self.key_path = key_path
-        self.rule = rule
-        super().__init__(f"{document}: {key_path or '<root>'} refused by the public guard ({rule})")
+# Exit codes of the reducers' errors, where the runner calls them (any other: a runner failure).
+_REDUCER_EXIT_CODES: dict[type[ReducerError], ExitCode] = {CompactInputError: ExitCode.BAD_INPUT}
+# What an entry point answers with an exit code and a message, never a traceback.
+REFUSALS: tuple[type[Exception], ...] = (RunnerError, ReducerError)
 
 
-class CompactInputError(RunnerError):
-    """A marker or compact file cannot be read back; names the file and the field."""
-
-    exit_code = ExitCode.BAD_INPUT
-    reason = "bad_compact_input"
-
-    def __init__(self, file: str, field: str, problem: str) -> None:
-        self.file = file
-        self.field = field
-        super().__init__(f"{file}: {field or '<root>'}: {problem}")
+def exit_code_of(error: RunnerError | ReducerError) -> ExitCode:
+    if isinstance(error, RunnerError):
+        return error.exit_code
+    return next((code for kind, code in _REDUCER_EXIT_CODES.items() if isinstance(error, kind)), ExitCode.RUNNER_FAILURE)

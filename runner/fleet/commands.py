@@ -22,7 +22,7 @@ from dramatiq import Message
 from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.tags import read_tags_file, unique_tags
-from runner.errors import BadInputError, ExitCode, RunnerError
+from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
 from runner.fleet.broker import DEFAULT_NAMESPACE, Keys, connect_redis, make_broker, task_message
 from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary
 from runner.fleet.messages import (
@@ -261,10 +261,10 @@ def _main(parser: argparse.ArgumentParser, command: Any, argv: list[str]) -> int
     configure_logging()
     try:
         report, code = command(args)
-    except RunnerError as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(e.exit_code))
+    except REFUSALS as e:
+        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner: {e}", file=sys.stderr)
-        return int(e.exit_code)
+        return int(exit_code_of(e))
     except redis.RedisError as e:
         print(f"runner: the broker failed during the command ({type(e).__name__}); run it again", file=sys.stderr)
         return int(ExitCode.BAD_ENVIRONMENT)

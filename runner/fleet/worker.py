@@ -46,7 +46,7 @@ from runner.batch import child_argv, run_task_process
 from runner.fleet.views import WorkerStatusSource
 from runner.views.server import BackgroundServer, http_address
 from runner.docker_utils import connect, sweep_strays
-from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, RunnerError
+from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, REFUSALS, exit_code_of
 from runner.fleet.broker import (
     DEFAULT_INFRA_RETRIES,
     DEFAULT_NAMESPACE,
@@ -650,7 +650,7 @@ def main(argv: list[str]) -> int:
     )
     try:
         return FleetWorker(options).serve()
-    except RunnerError as e:
-        log.error("worker_refused", reason=e.reason, exit_code=int(e.exit_code))
+    except REFUSALS as e:
+        log.error("worker_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner worker: {e}", file=sys.stderr)
-        return int(e.exit_code)
+        return int(exit_code_of(e))

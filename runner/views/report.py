@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from runner.atomic import write_bytes_atomic
-from runner.errors import BadInputError, RunnerError
+from runner.errors import BadInputError, REFUSALS, exit_code_of
 from runner.logs import configure_logging
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
@@ -164,10 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
                             private_texts=view_private_texts(private))
         write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
-    except RunnerError as e:
-        log.error("report_refused", reason=e.reason, exit_code=int(e.exit_code))
+    except REFUSALS as e:
+        log.error("report_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner report: {e}", file=sys.stderr)
-        return int(e.exit_code)
+        return int(exit_code_of(e))
     except OSError as e:
         print(f"runner report: cannot write --out ({e.strerror or type(e).__name__})", file=sys.stderr)
         return 3
