@@ -18,7 +18,8 @@ from __future__ import annotations
 import errno
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
+from dataclasses import dataclass, field
 
 import structlog
 from docker.errors import DockerException
@@ -34,7 +35,9 @@ from runner.errors import (
     ExitCode,
     JobRootUnwritableError,
     PhaseError,
+    REFUSALS,
     RunnerError,
+    exit_code_of,
 )
 from runner.atomic import open_private
 from runner.containment import end_agent
@@ -124,51 +127,68 @@ def _keep_traceback(ctx: JobContext, error: BaseException) -> None:
         pass  # the job root itself is failing; the marker still says internal_error
 
 
+@dataclass(frozen=True)
+class PhaseFailure:
+    """What a failed phase's marker records, and the error the run reports for it."""
+
+    reason: str
+    error: BaseException  # public-safe message; its exit code is the run's
+    exit_code_observed: int | None = None  # the phase's own process (codex, the test), if any
+    details: dict[str, Any] = field(default_factory=dict)
+    keep_traceback: bool = False  # its text may name host paths: logs/runner-error.log only
+
+
+def phase_failure(phase: Phase, error: BaseException) -> PhaseFailure:
+    """Any exception a phase raised, as its marker's fields: one table, as docker-py's
+    ``create_api_error_from_http_exception`` turns any HTTP error into its exception."""
+    if isinstance(error, Exception) and not isinstance(error, REFUSALS) and daemon_gone(error):
+        error = DockerUnavailableError(f"it stopped answering during {phase.value}: {type(error).__name__}")
+    kind = {"error_type": type(error).__name__}
+    if isinstance(error, PhaseError):
+        return PhaseFailure(error.reason, error, error.exit_code_observed, _scalars(error.details))
+    if isinstance(error, REFUSALS):
+        return PhaseFailure(error.reason, error, details=_scalars(getattr(error, "details", None) or {}))
+    if isinstance(error, KeyboardInterrupt):
+        return PhaseFailure("interrupted", error)
+    if isinstance(error, DockerException):
+        explanation = str(getattr(error, "explanation", "") or "")[:200]
+        message = f"{phase.value}: Docker failed ({type(error).__name__}: {explanation})"
+        return PhaseFailure("docker_error", RunnerError(message, reason="docker_error"), details=kind)
+    if isinstance(error, GitError):  # git's own message (stderr) names paths: kept privately
+        message = f"{phase.value}: git failed ({type(error).__name__}); the details are in logs/{ERROR_LOG}"
+        return PhaseFailure("git_error", RunnerError(message, reason="git_error"), details=kind, keep_traceback=True)
+    if isinstance(error, OSError):
+        if error.errno in UNWRITABLE_ERRNOS:
+            reported: RunnerError = JobRootUnwritableError(error)
+        else:
+            reported = RunnerError(
+                f"{phase.value}: a file operation failed ({error.strerror or type(error).__name__})", reason="os_error"
+            )
+        return PhaseFailure(reported.reason, reported, details=kind)
+    # A bug or an unforeseen failure: still recorded, reduced and reported.
+    message = f"{phase.value}: unexpected {type(error).__name__}; the traceback is in logs/{ERROR_LOG}"
+    return PhaseFailure("internal_error", RunnerError(message, reason="internal_error"), details=kind, keep_traceback=True)
+
+
 def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | None]:
     """Run one phase and turn whatever happens into its marker."""
     clock = PhaseClock(phase)
     log.info("phase_started")
-    error: BaseException | None = None
     try:
-        try:
-            result = STEPS[phase](ctx)
-        except Exception as e:  # the daemon stopped mid-phase: the environment's fault (exit 3), said so
-            if isinstance(e, RunnerError) or not daemon_gone(e):
-                raise
-            raise DockerUnavailableError(f"it stopped answering during {phase.value}: {type(e).__name__}") from e
+        result = STEPS[phase](ctx)
+    except (Exception, KeyboardInterrupt) as e:
+        if isinstance(e, KeyboardInterrupt):
+            kill_descendants()  # the runner's own children (a `git add` half-way) end with the phase
+        failure = phase_failure(phase, e)
+        if failure.keep_traceback:
+            _keep_traceback(ctx, e)
+        marker = clock.marker(
+            ok=False, reason=failure.reason, exit_code=failure.exit_code_observed, details=failure.details
+        )
+        error: BaseException | None = failure.error
+    else:
         marker = clock.marker(ok=True, reason=result.reason, exit_code=result.exit_code, details=result.details())
-    except PhaseError as e:
-        error = e
-        marker = clock.marker(ok=False, reason=e.reason, exit_code=e.exit_code_observed, details=_scalars(e.details))
-    except RunnerError as e:
-        error = e
-        marker = clock.marker(ok=False, reason=e.reason, details=_scalars(getattr(e, "details", None) or {}))
-    except KeyboardInterrupt as e:
-        error = e
-        kill_descendants()  # the runner's own children (a `git add` half-way) end with the phase
-        marker = clock.marker(ok=False, reason="interrupted")
-    except DockerException as e:
-        explanation = str(getattr(e, "explanation", "") or "")[:200]
-        error = RunnerError(f"{phase.value}: Docker failed ({type(e).__name__}: {explanation})", reason="docker_error")
-        marker = clock.marker(ok=False, reason="docker_error", details={"error_type": type(e).__name__})
-    except GitError as e:
-        _keep_traceback(ctx, e)  # git's own message (stderr) names paths: kept privately
-        error = RunnerError(
-            f"{phase.value}: git failed ({type(e).__name__}); the details are in logs/{ERROR_LOG}", reason="git_error"
-        )
-        marker = clock.marker(ok=False, reason="git_error", details={"error_type": type(e).__name__})
-    except OSError as e:
-        if e.errno in UNWRITABLE_ERRNOS:
-            error = JobRootUnwritableError(e)
-        else:
-            error = RunnerError(f"{phase.value}: a file operation failed ({e.strerror or type(e).__name__})", reason="os_error")
-        marker = clock.marker(ok=False, reason=error.reason, details={"error_type": type(e).__name__})
-    except Exception as e:  # a bug or an unforeseen failure: still recorded, reduced and reported
-        _keep_traceback(ctx, e)
-        error = RunnerError(
-            f"{phase.value}: unexpected {type(e).__name__}; the traceback is in logs/{ERROR_LOG}", reason="internal_error"
-        )
-        marker = clock.marker(ok=False, reason="internal_error", details={"error_type": type(e).__name__})
+        error = None
     log.info("phase_finished", status=marker.status.value, reason=marker.reason, duration_seconds=marker.duration_seconds)
     return marker, error
 
@@ -298,8 +318,8 @@ def _reduce(job: JobRoot) -> ReduceResult:
 def _outcome(reduced: ReduceResult, failure: BaseException | None) -> RunOutcome:
     if isinstance(failure, KeyboardInterrupt):
         code, message = int(ExitCode.INTERRUPTED), "interrupted; run the same command again to resume"
-    elif isinstance(failure, RunnerError):
-        code, message = int(failure.exit_code), str(failure)
+    elif isinstance(failure, REFUSALS):
+        code, message = int(exit_code_of(failure)), str(failure)
     else:
         code, message = int(ExitCode.COMPLETED), None
     return RunOutcome(
