@@ -39,6 +39,7 @@ from runner.lifeline import BATCH_PARENT_ENV
 from runner.public import private_texts_for
 from runner.lock import LOCK_NAME, job_root_lock
 from runner.settings import SAFE_HOST_PATH, RunnerSettings
+from runner.tags import check_attempts
 
 log = structlog.get_logger(__name__)
 
@@ -61,9 +62,6 @@ _STATE_BY_EXIT = {
 TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
 
 
-MAX_ATTEMPTS = 100
-
-
 @dataclass(frozen=True)
 class Unit:
     """One task of a batch: a tag, or one attempt of a tag, with its own job root."""
@@ -81,15 +79,9 @@ class Unit:
         return f"{self.tag}.log" if self.attempt is None else f"{self.tag}.attempt-{self.attempt}.log"
 
 
-def check_attempts(attempts: int) -> int:
-    if not 1 <= attempts <= MAX_ATTEMPTS:
-        raise BadInputError(f"--attempts must be between 1 and {MAX_ATTEMPTS}")
-    return attempts
-
-
 def batch_units(jobs_dir: Path, tags: list[str], attempts: int) -> list[Unit]:
     """One job root per tag (``DIR/<tag>``), or per attempt (``DIR/<tag>/attempt-<i>``) when there are several."""
-    if check_attempts(attempts) == 1:
+    if attempts == 1:
         return [Unit(tag, None, jobs_dir / tag) for tag in tags]
     return attempt_units(tags, attempts, lambda tag: jobs_dir / tag)
 
@@ -97,7 +89,6 @@ def batch_units(jobs_dir: Path, tags: list[str], attempts: int) -> list[Unit]:
 def attempt_units(tags: list[str], attempts: int, root_of: Callable[[str], Path]) -> list[Unit]:
     """Attempt-major: every tag's first attempt comes first, so the first wave extracts different
     images at once and the later attempts, which wait for their tag's extraction, come after."""
-    check_attempts(attempts)
     return [Unit(tag, i, root_of(tag) / f"attempt-{i}") for i in range(1, attempts + 1) for tag in tags]
 
 
@@ -418,8 +409,8 @@ def run_batch(
         BadInputError: bad ``workers``, ``attempts`` or jobs directory, or another batch holds it.
     """
     jobs_dir = _checked_dir(jobs_dir, "--jobs-dir", "create it with DIR/<tag>/context/prompt.md per tag")
-    return run_units(settings, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress,
-                     image=image, tags=len(tags), attempts=attempts)
+    check_attempts(attempts)
+    return run_units(settings, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress, image=image)
 
 
 def run_attempts(
@@ -431,10 +422,8 @@ def run_attempts(
         BadInputError: bad ``workers``, ``attempts`` or job root, or another run holds it.
     """
     job_root = _checked_dir(job_root, "--job-root", "create it with context/prompt.md")
-    units = attempt_units([settings.tag], attempts, lambda _tag: job_root)
-    return run_units(
-        settings, units, job_root, workers, progress, image=settings.resolved_image, tags=1, attempts=attempts
-    )
+    units = attempt_units([settings.tag], check_attempts(attempts), lambda _tag: job_root)
+    return run_units(settings, units, job_root, workers, progress, image=settings.resolved_image)
 
 
 def _checked_dir(path: Path, flag: str, hint: str) -> Path:
@@ -454,16 +443,12 @@ def run_units(
     progress: Progress,
     *,
     image: str | None,
-    tags: int,
-    attempts: int,
 ) -> BatchSummary:
     """Each unit in its own process, ``workers`` at a time; one ledger (and one lock) in ``ledger_dir``."""
     if workers < 1 or workers > 64:
         raise BadInputError("--workers must be between 1 and 64")
     with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
-        summary = _run_locked(settings, units, ledger_dir, workers, progress, image)
-    summary.tags, summary.attempts = tags, attempts
-    return summary
+        return _run_locked(settings, units, ledger_dir, workers, progress, image)
 
 
 def _run_locked(
@@ -540,6 +525,7 @@ def _run_locked(
         audit_labels=_audit_labels(jobs_dir),
         resolved_tags=tuple(row.tag for row in ran if row.resolved),
         ran_tags=tuple(row.tag for row in ran),
+        attempts=max(unit.attempt or 1 for unit in units) if units else 1,
         pass_at=document.get("tasks"),
         suite_pass_at=document.get("suite"),
     )

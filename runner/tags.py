@@ -1,4 +1,5 @@
-"""Tag lists as operators give them: a tags file, repeated --tag; shared by the batch, the audit and submit."""
+"""Tags and attempts as operators give them (a tags file, repeated --tag, --attempts); shared by the
+batch, the audit and submit."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ from pathlib import Path
 
 from runner.errors import BadInputError
 from runner.settings import SAFE_TAG
+
+# Attempts per tag, at most: a batch, --execute and submit alike.
+MAX_ATTEMPTS = 100
+
+
+def check_attempts(attempts: int) -> int:
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise BadInputError(f"--attempts must be between 1 and {MAX_ATTEMPTS}")
+    return attempts
 
 
 def read_tags_file(path: Path) -> list[str]:

@@ -21,13 +21,12 @@ from dramatiq import Message
 
 from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
-from runner.tags import read_tags_file, unique_tags
+from runner.tags import check_attempts, read_tags_file, unique_tags
 from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
 from runner.fleet.broker import DEFAULT_NAMESPACE, Keys, connect_redis, make_broker, task_message
 from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary
 from runner.fleet.messages import (
     DEFAULT_QUEUE,
-    MAX_ATTEMPTS,
     MAX_PROMPT_BYTES,
     TaskMessage,
     TaskOptions,
@@ -87,8 +86,7 @@ def _read_prompt(prompts_dir: Path, tag: str) -> str | None:
 def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     suite = check_suite(args.suite)
     queue = check_queue(args.queue)
-    if not 1 <= args.attempts <= MAX_ATTEMPTS:
-        raise BadInputError(f"--attempts must be between 1 and {MAX_ATTEMPTS}")
+    check_attempts(args.attempts)
     tags = list(args.tag or [])
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)

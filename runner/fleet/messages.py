@@ -17,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.errors import BadInputError
 from runner.settings import SAFE_TAG, RunnerSettings
+from runner.tags import MAX_ATTEMPTS
 
 # A suite name ends up in Redis keys and host paths: no shell, no spaces, no '..'.
 SAFE_SUITE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 SAFE_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
-MAX_ATTEMPTS = 100
 MAX_PROMPT_BYTES = 1024 * 1024
 ACTOR_NAME = "run_task"
 DEFAULT_QUEUE = "runner"
