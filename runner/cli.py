@@ -18,8 +18,8 @@ import structlog
 
 from reducers.markers import read_markers
 from runner import early_signals
-from runner.batch import BatchSummary, check_attempts, run_attempts, run_batch
-from runner.tags import read_tags_file, unique_tags
+from runner.batch import BatchSummary, run_attempts, run_batch
+from runner.tags import check_attempts, read_tags_file, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
@@ -240,11 +240,8 @@ def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str
 
 
 def _attempts(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str, Any], int]:
-    if not args.execute:
-        raise BadInputError("--attempts goes with --execute (or with submit, for the fleet)")
     if settings.job_root is None:
         raise BadInputError("--attempts needs --job-root DIR (attempts go to DIR/attempt-<i>) or a batch's --jobs-dir")
-    check_attempts(args.attempts)
     try:
         if early_signals.pending() is not None:
             raise KeyboardInterrupt("signal before start")
@@ -292,9 +289,7 @@ def _cache(settings: RunnerSettings, action: str) -> tuple[dict[str, Any], int]:
     """List or prune the extraction cache: hashes, sizes and counts only (no host path)."""
     from runner.extraction_cache import ExtractionCache
 
-    cache = ExtractionCache.under(
-        settings.state_dir or default_state_dir(), max_gb=settings.cache_max_gb, cache_dir=settings.cache_dir
-    )
+    cache = ExtractionCache.for_settings(settings)  # 0 GB here: prune removes every entry
     removed = cache.prune() if action == "prune" else []
     entries = cache.entries()
     report = {

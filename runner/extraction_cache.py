@@ -40,6 +40,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from runner.atomic import write_bytes_atomic
 from runner.context import sha256_file
 from runner.errors import RunnerError
+from runner.journal import default_state_dir
+from runner.settings import RunnerSettings
 from runner.gitops import BRANCH, checkout_baseline, init_baseline, open_baseline, pack_baseline_into
 from runner.trees import remove_tree, walk
 
@@ -122,8 +124,10 @@ class ExtractionCache:
         self.max_bytes = max_bytes
 
     @classmethod
-    def under(cls, state_dir: Path, *, max_gb: float, cache_dir: Path | None = None) -> ExtractionCache:
-        return cls(cache_dir or state_dir / CACHE_SUBDIR, max_bytes=int(max_gb * GIB))
+    def for_settings(cls, settings: RunnerSettings) -> ExtractionCache:
+        """The host's cache: ``--cache-dir``, else ``<state dir>/extract-cache``; bounded by ``--cache-max-gb``."""
+        root = settings.cache_dir or (settings.state_dir or default_state_dir()) / CACHE_SUBDIR
+        return cls(root, max_bytes=int(settings.cache_max_gb * GIB))
 
     def _ensure_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -249,25 +253,36 @@ class ExtractionCache:
             shutil.rmtree(baseline_git_dir)
         tree.mkdir(parents=True)
         try:
-            repo = init_baseline(baseline_git_dir, tree)
-            pack_dir = baseline_git_dir / "objects" / "pack"
-            pack_dir.mkdir(parents=True, exist_ok=True)
-            for source in sorted((entry / BASELINE_DIR / "objects" / "pack").glob("pack-*")):
-                shutil.copyfile(source, pack_dir / source.name)  # a copy: nothing of the cache is shared
-            # The copies are hashed while git checks the tree out (hashlib runs outside the GIL);
-            # the tree is placed only when every digest is the recorded one.
-            copies = {relative: baseline_git_dir / relative.removeprefix(f"{BASELINE_DIR}/")
-                      for relative in record.file_sha256 if relative.startswith(f"{BASELINE_DIR}/")}
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                wrong = pool.submit(_mismatched, record.file_sha256, {**copies, EXTRAS_TAR: entry / EXTRAS_TAR})
-                checkout_baseline(repo, record.baseline_commit)
-                bad = wrong.result()
-            if bad:
-                raise CacheEntryError(f"cache entry {key[:12]}: {bad[0]} is not what was stored")
-            with tarfile.open(entry / EXTRAS_TAR, mode="r:") as extras:
-                extras.extractall(tree, filter="data")
-        except (GitCommandError, tarfile.TarError, OSError) as e:
-            raise CacheEntryError(f"cache entry {key[:12]}: checkout failed ({type(e).__name__})") from e
+            self._checkout(entry, record, baseline_git_dir, tree)
+        except BaseException as e:
+            # Nothing of a failed checkout stays: a baseline holding the entry's commit would
+            # pass for the job's own when the attempt extracts again.
+            for made in (baseline_git_dir, tree):
+                if made.exists():
+                    remove_tree(made)
+            if isinstance(e, (GitCommandError, tarfile.TarError, OSError)):
+                raise CacheEntryError(f"cache entry {key[:12]}: checkout failed ({type(e).__name__})") from e
+            raise
+
+    def _checkout(self, entry: Path, record: EntryRecord, baseline_git_dir: Path, tree: Path) -> None:
+        key = record.key
+        repo = init_baseline(baseline_git_dir, tree)
+        pack_dir = baseline_git_dir / "objects" / "pack"
+        pack_dir.mkdir(parents=True, exist_ok=True)
+        for source in sorted((entry / BASELINE_DIR / "objects" / "pack").glob("pack-*")):
+            shutil.copyfile(source, pack_dir / source.name)  # a copy: nothing of the cache is shared
+        # The copies are hashed while git checks the tree out (hashlib runs outside the GIL);
+        # the tree is placed only when every digest is the recorded one.
+        copies = {relative: baseline_git_dir / relative.removeprefix(f"{BASELINE_DIR}/")
+                  for relative in record.file_sha256 if relative.startswith(f"{BASELINE_DIR}/")}
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            wrong = pool.submit(_mismatched, record.file_sha256, {**copies, EXTRAS_TAR: entry / EXTRAS_TAR})
+            checkout_baseline(repo, record.baseline_commit)
+            bad = wrong.result()
+        if bad:
+            raise CacheEntryError(f"cache entry {key[:12]}: {bad[0]} is not what was stored")
+        with tarfile.open(entry / EXTRAS_TAR, mode="r:") as extras:
+            extras.extractall(tree, filter="data")
 
     def entries(self) -> list[CacheListing]:
         if not self.root.is_dir():

@@ -27,7 +27,6 @@ from runner.errors import BadInputError, PhaseError, SourceDirMissingError
 from runner.extraction_cache import CacheEntryError, EntryRecord, ExtractionCache, TreeStats, cache_key
 from runner.faults import crash_point
 from runner.jobroot import BUGGY_SOURCE
-from runner.journal import default_state_dir
 from runner.phases.baseline import build_baseline
 from runner.safe_extract import extract_tree
 from runner.settings import SAFE_CONTAINER_PATH, RunnerSettings
@@ -91,10 +90,9 @@ def extract(ctx: JobContext) -> ExtractResult:
         if record is not None:
             try:
                 return _from_cache(ctx, cache, key, record, digest)
-            except CacheEntryError as e:
+            except CacheEntryError as e:  # the checkout left nothing: extract from the image again
                 log.warning("cache_entry_discarded", key=key[:12], reason=str(e))
                 cache.discard(key)
-                _clear(ctx)
         if recorded is not None:
             image_id_now, digest = _image(ctx)  # a miss needs Docker anyway: extract what the tag is now
         else:
@@ -116,11 +114,7 @@ def extract(ctx: JobContext) -> ExtractResult:
 
 def extraction_cache(settings: RunnerSettings) -> ExtractionCache | None:
     """The host's cache, or None when ``--cache-max-gb 0`` turned it off."""
-    if settings.cache_max_gb <= 0:
-        return None
-    return ExtractionCache.under(
-        settings.state_dir or default_state_dir(), max_gb=settings.cache_max_gb, cache_dir=settings.cache_dir
-    )
+    return ExtractionCache.for_settings(settings) if settings.cache_max_gb > 0 else None
 
 
 def _image(ctx: JobContext) -> tuple[str, str | None]:
@@ -133,13 +127,6 @@ def _recorded_image(ctx: JobContext) -> tuple[str, str | None] | None:
     marker = ctx.journal.marker(Phase.PRECHECK) if ctx.journal is not None else None
     image_id = marker.details.get("image_id") if marker is not None and marker.ok else None
     return (image_id, None) if isinstance(image_id, str) and image_id else None
-
-
-def _clear(ctx: JobContext) -> None:
-    """What a failed checkout left: the job's tree and baseline are made again from the image."""
-    remove_tree(ctx.job.buggy_source)
-    if ctx.job.baseline_git_dir.exists():
-        remove_tree(ctx.job.baseline_git_dir)
 
 
 def _from_cache(

@@ -110,6 +110,7 @@ def test_an_entry_whose_branch_moved_or_file_changed_is_discarded(tmp_path: Path
     with pytest.raises(CacheEntryError, match="extras.tar is not what was stored"):
         cache.checkout("k3", record, baseline_git_dir=target.baseline_git_dir, tree=target.buggy_source)
     assert not (target.buggy_source / "debug.log").exists()  # nothing of a bad entry is placed
+    assert not target.baseline_git_dir.exists()  # nor a baseline holding its commit, which would pass for the job's
 
 
 def test_least_recently_used_entries_go_first_and_locked_ones_stay(tmp_path: Path) -> None:
