@@ -7,8 +7,11 @@ calling the same functions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import comb
-from typing import Any
+from typing import Any, TypeVar
+
+K = TypeVar("K", str, tuple[str, str])
 
 # The k values a summary shows at most (pass@1 always, then these up to the attempts scored).
 K_VALUES = (1, 2, 3, 5, 10, 20, 50, 100)
@@ -72,23 +75,28 @@ def suite_pass_at(counts: list[tuple[int, int]]) -> dict[int, float]:
     return {k: value for k in K_VALUES if (value := mean_pass_at_k(counts, k)) is not None}
 
 
-def tag_pass_at(outcomes: list[tuple[str, bool, bool]]) -> list[dict[str, Any]]:
-    """Per tag (sorted): attempts, n scored, c resolved, pass@k for every k that n allows.
+def attempt_counts(outcomes: Iterable[tuple[K, bool, bool]]) -> dict[K, tuple[int, int, int]]:
+    """Per key (a tag, or a suite and tag), sorted: (attempts, n scored, c resolved).
 
-    ``outcomes``: one (tag, scored, resolved) per attempt; an unscored attempt (the host
+    ``outcomes``: one (key, scored, resolved) per attempt; an unscored attempt (the host
     broke it, or it has not finished) counts among the attempts only.
     """
-    by_tag: dict[str, list[tuple[bool, bool]]] = {}
-    for tag, was_scored, resolved in outcomes:
-        by_tag.setdefault(tag, []).append((was_scored, resolved))
-    out = []
-    for tag in sorted(by_tag):
-        group = by_tag[tag]
-        n = sum(1 for was_scored, _ in group if was_scored)
-        c = sum(1 for was_scored, resolved in group if was_scored and resolved)
-        out.append({"tag": tag, "attempts": len(group), "scored": n, "resolved": c,
-                    "pass_at": {str(k): round(v, 6) for k, v in pass_at_table(n, c).items()}})
-    return out
+    counts: dict[K, list[int]] = {}
+    for key, was_scored, resolved in outcomes:
+        total = counts.setdefault(key, [0, 0, 0])
+        total[0] += 1
+        total[1] += was_scored
+        total[2] += was_scored and resolved
+    return {key: (total[0], total[1], total[2]) for key, total in sorted(counts.items())}
+
+
+def tag_pass_at(outcomes: list[tuple[str, bool, bool]]) -> list[dict[str, Any]]:
+    """Per tag (sorted): attempts, n scored, c resolved, pass@k for every k that n allows."""
+    return [
+        {"tag": tag, "attempts": attempts, "scored": n, "resolved": c,
+         "pass_at": {str(k): round(v, 6) for k, v in pass_at_table(n, c).items()}}
+        for tag, (attempts, n, c) in attempt_counts(outcomes).items()
+    ]
 
 
 def suite_pass_at_summary(tags: list[dict[str, Any]]) -> dict[str, Any]:

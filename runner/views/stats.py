@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 
 from pydantic import BaseModel, ConfigDict
 
-from reducers.passk import pass_at_table, suite_pass_at
+from reducers.passk import attempt_counts, pass_at_table, suite_pass_at
 from runner.views.model import FINISHED_STATES, TOKEN_KINDS, TaskRow, TaskState
 
 
@@ -56,20 +56,11 @@ def scored(row: TaskRow) -> bool:
 
 
 def tag_summaries(rows: list[TaskRow]) -> list[TagSummary]:
-    groups: dict[tuple[str, str], list[TaskRow]] = defaultdict(list)
-    for row in rows:
-        groups[(row.suite, row.tag)].append(row)
-    out = []
-    for (suite, tag), group in sorted(groups.items()):
-        n = sum(1 for row in group if scored(row))
-        c = sum(1 for row in group if scored(row) and row.resolved)
-        out.append(
-            TagSummary(
-                suite=suite, tag=tag, attempts=len(group), scored=n, resolved=c,
-                pass_at=pass_at_table(n, c),
-            )
-        )
-    return out
+    counts = attempt_counts(((row.suite, row.tag), scored(row), bool(row.resolved)) for row in rows)
+    return [
+        TagSummary(suite=suite, tag=tag, attempts=attempts, scored=n, resolved=c, pass_at=pass_at_table(n, c))
+        for (suite, tag), (attempts, n, c) in counts.items()
+    ]
 
 
 def summarize(rows: list[TaskRow]) -> SuiteSummary:
