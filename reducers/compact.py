@@ -13,7 +13,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reducers.markers import compact_input_error
-from reducers.models import Marker, Phase
+from reducers.models import (
+    RESULTS,
+    CodexResult,
+    EvaluateResult,
+    ExtractResult,
+    Marker,
+    PatchResult,
+    Phase,
+    PrecheckResult,
+    PrepareResult,
+    Reason,
+    TerminalState,
+)
 from reducers.errors import CompactInputError
 
 BENCHMARK_ID = "agentissue-bench"
@@ -31,15 +43,6 @@ LABEL_INCOMPLETE = "incomplete_run_no_failed_phase"
 
 # Phases whose durations are reported; reduce itself is excluded so reruns are identical.
 TIMED_PHASES = tuple(p for p in Phase if p is not Phase.REDUCE)
-# Private logs whose sha256 the phases record, by public name.
-LOG_HASH_FIELDS = {
-    "codex_stdout": (Phase.CODEX, "stdout_sha256"),
-    "codex_stderr": (Phase.CODEX, "stderr_sha256"),
-    "eval_apply": (Phase.EVALUATE, "apply_log_sha256"),
-    "eval_test": (Phase.EVALUATE, "test_log_sha256"),
-    "eval_apply_stderr": (Phase.EVALUATE, "apply_stderr_log_sha256"),
-    "eval_test_stderr": (Phase.EVALUATE, "test_stderr_log_sha256"),
-}
 
 
 class _Frozen(BaseModel):
@@ -195,7 +198,7 @@ class BenchmarkResult(_Frozen):
     benchmark_id: str = BENCHMARK_ID
     task_id: str
     selected_tag: str
-    terminal_state: str
+    terminal_state: TerminalState
     trace_publicness: str = TRACE_PUBLICNESS
     official_task_score: OfficialScore
     first_failed_phase: str | None
@@ -210,9 +213,10 @@ class BenchmarkResult(_Frozen):
     infra_failure: bool = False
 
 
-def _detail(markers: dict[Phase, Marker], phase: Phase, key: str, default: Any = None) -> Any:
+def _result(markers: dict[Phase, Marker], phase: Phase) -> Any:
+    """``phase``'s recorded result; its schema's defaults when the phase never ran."""
     marker = markers.get(phase)
-    return marker.details.get(key, default) if marker else default
+    return marker.details if marker is not None else RESULTS[phase]()
 
 
 def _ok(markers: dict[Phase, Marker], phase: Phase) -> bool:
@@ -231,42 +235,23 @@ def _first_failure(markers: dict[Phase, Marker]) -> Marker | None:
 def _failure_label(markers: dict[Phase, Marker], resolved: bool) -> str:
     failed = _first_failure(markers)
     if failed is not None:
-        return f"failed_{failed.phase.value}_{failed.reason}"
+        return f"failed_{failed.phase.value}_{failed.reason.value}"
     if resolved:
         return LABEL_RESOLVED
     if not _ok(markers, Phase.EVALUATE):
         return LABEL_INCOMPLETE
-    if _detail(markers, Phase.EVALUATE, "timed_out", False):
+    evaluation: EvaluateResult = _result(markers, Phase.EVALUATE)
+    if evaluation.timed_out:
         return LABEL_EVAL_TIMEOUT
-    if _detail(markers, Phase.EVALUATE, "apply_exit_code") != 0:
+    if evaluation.apply_exit_code != 0:
         return LABEL_APPLY_FAILED
     return LABEL_UNRESOLVED
-
-
-def _int(value: Any, default: int = 0) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _opt_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _infra_failure(markers: dict[Phase, Marker]) -> bool:
     """The model provider failed (error, broken or idle stream, missing key): not the agent's doing."""
     marker = markers.get(Phase.CODEX)
-    return bool(marker and not marker.ok and marker.reason == "codex_model_error")
-
-
-def _opt_str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _opt_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _opt_bool(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
+    return bool(marker and not marker.ok and marker.reason is Reason.CODEX_MODEL_ERROR)
 
 
 def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -277,97 +262,100 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
     """
     if Phase.PREPARE not in markers:
         raise CompactInputError("result-markers/prepare.json", "", "missing: the job root was never prepared")
-    tag = str(_detail(markers, Phase.PREPARE, "tag"))
-    image = str(_detail(markers, Phase.PREPARE, "image"))
+    prepared: PrepareResult = _result(markers, Phase.PREPARE)
+    prechecked: PrecheckResult = _result(markers, Phase.PRECHECK)
+    extracted: ExtractResult = _result(markers, Phase.EXTRACT)
+    agent: CodexResult = _result(markers, Phase.CODEX)
+    patch: PatchResult = _result(markers, Phase.PATCH)
+    evaluation: EvaluateResult = _result(markers, Phase.EVALUATE)
+    tag = prepared.tag
     evaluated = _ok(markers, Phase.EVALUATE)
-    apply_exit = _opt_int(_detail(markers, Phase.EVALUATE, "apply_exit_code"))
-    test_exit = _opt_int(_detail(markers, Phase.EVALUATE, "test_exit_code"))
-    resolved = evaluated and bool(_detail(markers, Phase.EVALUATE, "resolved", False))
-    string_verdict = _detail(markers, Phase.EVALUATE, "string_verdict")
-    untrusted = evaluated and bool(_detail(markers, Phase.EVALUATE, "verdict_untrusted", False))
+    resolved = evaluated and evaluation.resolved
+    untrusted = evaluated and evaluation.verdict_untrusted
     label = _failure_label(markers, resolved)
     failed = _first_failure(markers)
     score = OfficialScore(value=1 if resolved else 0, resolved=resolved)
-    extract_image = _detail(markers, Phase.EXTRACT, "image_id")
-    eval_image = _detail(markers, Phase.EVALUATE, "image_id")
-    patch_bytes = _int(_detail(markers, Phase.PATCH, "patch_bytes"))
     infra_failure = _infra_failure(markers)
+    log_sha256 = {
+        "codex_stdout": agent.stdout_sha256,
+        "codex_stderr": agent.stderr_sha256,
+        "eval_apply": evaluation.apply_log_sha256,
+        "eval_test": evaluation.test_log_sha256,
+        "eval_apply_stderr": evaluation.apply_stderr_log_sha256,
+        "eval_test_stderr": evaluation.test_stderr_log_sha256,
+    }
 
     run = BenchmarkRun(
         job_name=f"agentissue_{tag}_codex_cli_runner",
         selected_tag=tag,
-        selected_image=image,
-        image_id=extract_image,
-        image_digest=_detail(markers, Phase.EXTRACT, "image_digest"),
+        selected_image=prepared.image,
+        image_id=extracted.image_id,
+        image_digest=extracted.image_digest,
         first_failed_phase=failed.phase.value if failed else None,
-        first_failure_reason=failed.reason if failed else None,
+        first_failure_reason=failed.reason.value if failed else None,
         score_failure_attribution=label,
         failure_attribution_labels=[label],
-        patch_sha256=str(_detail(markers, Phase.PATCH, "patch_sha256", "missing")),
-        patch_bytes=patch_bytes,
-        changed_file_count=_int(_detail(markers, Phase.PATCH, "changed_file_count")),
-        added_file_count=_int(_detail(markers, Phase.PATCH, "added_file_count")),
-        hunk_count=_int(_detail(markers, Phase.PATCH, "hunk_count")),
-        binary_change_count=_int(_detail(markers, Phase.PATCH, "binary_change_count")),
-        sensitive_file_count=_int(_detail(markers, Phase.PATCH, "sensitive_file_count")),
-        artifact_files_left_out=_int(_detail(markers, Phase.PATCH, "artifact_files_left_out")),
+        patch_sha256=patch.patch_sha256 if patch.patch_sha256 is not None else "missing",
+        patch_bytes=patch.patch_bytes,
+        changed_file_count=patch.changed_file_count,
+        added_file_count=patch.added_file_count,
+        hunk_count=patch.hunk_count,
+        binary_change_count=patch.binary_change_count,
+        sensitive_file_count=patch.sensitive_file_count,
+        artifact_files_left_out=patch.artifact_files_left_out,
         infra_failure=infra_failure,
-        source_from_cache=_detail(markers, Phase.EXTRACT, "from_cache") is True,
-        patched_exit_code=test_exit,
-        apply_exit_code=apply_exit,
+        source_from_cache=extracted.from_cache,
+        patched_exit_code=evaluation.test_exit_code,
+        apply_exit_code=evaluation.apply_exit_code,
         official_task_score=score,
         verdict_untrusted=untrusted,
         scorability=Scorability(
-            tag_profile=_detail(markers, Phase.PRECHECK, "tag_profile"),
-            refusal=_detail(markers, Phase.PRECHECK, "refusal"),
-            unscorable_override=bool(_detail(markers, Phase.PRECHECK, "unscorable_override", False)),
+            tag_profile=prechecked.tag_profile,
+            refusal=prechecked.refusal,
+            unscorable_override=prechecked.unscorable_override,
         ) if Phase.PRECHECK in markers else None,
         evaluation=Evaluation(
             ran=evaluated,
-            apply_exit_code=apply_exit,
-            test_exit_code=test_exit,
-            timed_out=bool(_detail(markers, Phase.EVALUATE, "timed_out", False)),
-            exit_code_verdict=evaluated and bool(_detail(markers, Phase.EVALUATE, "exit_code_verdict", resolved)),
-            string_verdict=string_verdict if isinstance(string_verdict, bool) else None,
-            verdicts_disagree=bool(_detail(markers, Phase.EVALUATE, "verdicts_disagree", False)),
-            network=_detail(markers, Phase.EVALUATE, "network"),
-            network_reachable=_opt_bool(_detail(markers, Phase.EVALUATE, "network_reachable")),
-            network_probe=_detail(markers, Phase.EVALUATE, "network_probe"),
-            needs_network=bool(_detail(markers, Phase.EVALUATE, "needs_network", False)),
+            apply_exit_code=evaluation.apply_exit_code,
+            test_exit_code=evaluation.test_exit_code,
+            timed_out=evaluation.timed_out,
+            exit_code_verdict=evaluated and evaluation.exit_code_verdict,
+            string_verdict=evaluation.string_verdict,
+            verdicts_disagree=evaluation.verdicts_disagree,
+            network=evaluation.network,
+            network_reachable=evaluation.network_reachable,
+            network_probe=evaluation.network_probe,
+            needs_network=evaluation.needs_network,
             verdict_untrusted=untrusted,
-            apply_seconds=_opt_float(_detail(markers, Phase.EVALUATE, "apply_seconds")),
-            test_seconds=_opt_float(_detail(markers, Phase.EVALUATE, "test_seconds")),
+            apply_seconds=evaluation.apply_seconds,
+            test_seconds=evaluation.test_seconds,
         ),
         codex=Codex(
             invoked=Phase.CODEX in markers,
-            version=_detail(markers, Phase.PRECHECK, "codex_version"),
+            version=prechecked.codex_version,
             exit_code=markers[Phase.CODEX].exit_code if Phase.CODEX in markers else None,
-            timed_out=bool(_detail(markers, Phase.CODEX, "timed_out", False)),
-            last_message_present=bool(_detail(markers, Phase.CODEX, "last_message_present", False)),
-            model=_opt_str(_detail(markers, Phase.CODEX, "model")),
-            overrides_sha256=_opt_str(_detail(markers, Phase.CODEX, "codex_overrides_sha256")),
-            turns=_int(_detail(markers, Phase.CODEX, "turns")),
-            failed_turns=_int(_detail(markers, Phase.CODEX, "failed_turns")),
-            model_error=_opt_str(_detail(markers, Phase.CODEX, "model_error")),
+            timed_out=agent.timed_out,
+            last_message_present=agent.last_message_present,
+            model=agent.model or None,
+            overrides_sha256=agent.codex_overrides_sha256 or None,
+            turns=agent.turns,
+            failed_turns=agent.failed_turns,
+            model_error=agent.model_error or None,
         ),
         phase_status={p.value: markers[p].status.value for p in TIMED_PHASES if p in markers},
         phase_durations_seconds={p.value: markers[p].duration_seconds for p in TIMED_PHASES if p in markers},
-        log_sha256={
-            name: str(_detail(markers, phase, key))
-            for name, (phase, key) in LOG_HASH_FIELDS.items()
-            if _detail(markers, phase, key)
-        },
+        log_sha256={name: digest for name, digest in log_sha256.items() if digest},
         progress=Progress(
             n_completed_trials=1 if evaluated else 0,
             n_errored_trials=0 if resolved else 1,
             n_pending_trials=0,
         ),
         metrics=Metrics(
-            input_tokens=_int(_detail(markers, Phase.CODEX, "input_tokens")),
-            cache_tokens=_int(_detail(markers, Phase.CODEX, "cached_input_tokens")),
-            output_tokens=_int(_detail(markers, Phase.CODEX, "output_tokens")),
-            cache_write_tokens=_int(_detail(markers, Phase.CODEX, "cache_write_input_tokens")),
-            reasoning_tokens=_int(_detail(markers, Phase.CODEX, "reasoning_output_tokens")),
+            input_tokens=agent.input_tokens,
+            cache_tokens=agent.cached_input_tokens,
+            output_tokens=agent.output_tokens,
+            cache_write_tokens=agent.cache_write_input_tokens,
+            reasoning_tokens=agent.reasoning_output_tokens,
         ),
         trials=[
             Trial(
@@ -378,21 +366,24 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             )
         ],
         validation=Validation(
-            selected_image_only=bool(extract_image) and extract_image == eval_image,
+            selected_image_only=bool(extracted.image_id) and extracted.image_id == evaluation.image_id,
             buggy_source_extracted=_ok(markers, Phase.EXTRACT),
-            fixed_source_not_extracted_to_host=_ok(markers, Phase.EXTRACT)
-            and _detail(markers, Phase.EXTRACT, "oracle_entries_extracted") == 0,
+            fixed_source_not_extracted_to_host=_ok(markers, Phase.EXTRACT) and extracted.oracle_entries_extracted == 0,
             host_codex_cli_invoked=Phase.CODEX in markers,
-            patch_exported_from_buggy_source_git_diff=_ok(markers, Phase.PATCH) and patch_bytes > 0,
-            patch_applied_in_container=apply_exit == 0,
-            patched_eval_exit_zero=test_exit == 0,
-            patched_eval_success_marker=string_verdict is True,
+            patch_exported_from_buggy_source_git_diff=_ok(markers, Phase.PATCH) and patch.patch_bytes > 0,
+            patch_applied_in_container=evaluation.apply_exit_code == 0,
+            patched_eval_exit_zero=evaluation.test_exit_code == 0,
+            patched_eval_success_marker=evaluation.string_verdict is True,
         ),
     )
     result = BenchmarkResult(
         task_id=f"agentissue_bench_{tag}",
         selected_tag=tag,
-        terminal_state="resolved" if resolved else ("evaluated_unresolved" if evaluated else "runner_failed"),
+        terminal_state=(
+            TerminalState.RESOLVED if resolved
+            else TerminalState.EVALUATED_UNRESOLVED if evaluated
+            else TerminalState.RUNNER_FAILED
+        ),
         official_task_score=score,
         first_failed_phase=run.first_failed_phase,
         failure_attribution_labels=[label],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from reducers.models import Marker, Phase
+from reducers.models import Marker, Phase, marker_type
 from reducers.errors import CompactInputError
 
 
@@ -28,6 +28,24 @@ def compact_input_error(document: str, error: ValidationError) -> CompactInputEr
     return CompactInputError(document, ".".join(str(part) for part in first["loc"]), first["msg"])
 
 
+def parse_marker(raw: object, name: str, *, expected_phase: Phase | None = None) -> Marker:
+    """A marker's JSON document as its phase's typed marker.
+
+    Raises:
+        CompactInputError: a field is missing or wrong, or it records another phase
+            than ``expected_phase``.
+    """
+    recorded = raw.get("phase") if isinstance(raw, dict) else None
+    phase = next((p for p in Phase if p.value == recorded), None)
+    if expected_phase is not None and phase is not None and phase is not expected_phase:
+        raise CompactInputError(name, "phase", f"records {phase.value}, expected {expected_phase.value}")
+    model = marker_type(phase) if phase is not None else Marker
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise compact_input_error(name, e) from e
+
+
 def read_marker(path: Path, *, expected_phase: Phase | None = None) -> Marker:
     """Parse one marker file.
 
@@ -40,13 +58,7 @@ def read_marker(path: Path, *, expected_phase: Phase | None = None) -> Marker:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CompactInputError(name, "", f"not readable JSON ({type(e).__name__})") from e
-    try:
-        marker = Marker.model_validate(raw)
-    except ValidationError as e:
-        raise compact_input_error(name, e) from e
-    if expected_phase is not None and marker.phase is not expected_phase:
-        raise CompactInputError(name, "phase", f"records {marker.phase.value}, expected {expected_phase.value}")
-    return marker
+    return parse_marker(raw, name, expected_phase=expected_phase)
 
 
 def read_markers(markers_dir: Path) -> dict[Phase, Marker]:

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from math import comb
 from typing import Any, TypeVar
 
+from reducers.models import LedgerState, Reason
+
 K = TypeVar("K", str, tuple[str, str])
 
 # The k values a summary shows at most (pass@1 always, then these up to the attempts scored).
@@ -19,10 +21,11 @@ K_VALUES = (1, 2, 3, 5, 10, 20, 50, 100)
 INFRA_PHASES = frozenset({"prepare", "precheck", "extract", "baseline"})
 # Reasons any phase records when the runner (not the agent) failed in it.
 INFRA_REASONS = frozenset(
-    {"docker_error", "git_error", "os_error", "internal_error", "interrupted", "missing_input"}
+    {Reason.DOCKER_ERROR, Reason.GIT_ERROR, Reason.OS_ERROR, Reason.INTERNAL_ERROR, Reason.INTERRUPTED,
+     Reason.MISSING_INPUT}
 )
 # Batch states that end a task without the agent having had its say.
-INFRA_STATES = frozenset({"bad_environment", "interrupted"})
+INFRA_STATES = frozenset({LedgerState.BAD_ENVIRONMENT, LedgerState.INTERRUPTED})
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

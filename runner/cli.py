@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import structlog
@@ -29,7 +27,7 @@ from runner.lifeline import follow_batch_parent
 from runner.logs import configure_logging
 from runner.pipeline import STEPS, execute
 from runner.phases.precheck import run_precheck
-from runner.phases.reduce import reduce_job
+from runner.phases.reduce import ReduceResult, reduce_job
 from runner.plan import build_plan
 from runner.profiles import list_tags
 from runner.progress import progress_for
@@ -138,14 +136,6 @@ def _render(report: dict[str, Any], output_format: OutputFormat) -> str:
     return "\n".join(lines)
 
 
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    """SIGINT and SIGTERM end the run through every ``finally`` (container removal, restores).
-
-    Once: later signals are ignored, so a second Ctrl-C cannot break the cleanup half-way.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _is_batch(args: argparse.Namespace) -> bool:
@@ -198,18 +188,14 @@ def _precheck(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
 
 def _execute(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     outcome = execute(settings)
-    report = {
-        "mode": "execute",
-        "tag": settings.tag,
-        "exit_code": outcome.exit_code,
-        "resolved": outcome.resolved,
-        "terminal_state": outcome.terminal_state,
-        "first_failed_phase": outcome.first_failed_phase,
-        "failure_label": outcome.failure_label,
-        "message": outcome.message,
-        "public_files": list(PUBLIC_FILES),
-    }
+    report = {"mode": "execute", "tag": settings.tag, "exit_code": outcome.exit_code,
+              **_reduced_fields(outcome.reduced), "message": outcome.message, "public_files": list(PUBLIC_FILES)}
     return report, outcome.exit_code
+
+
+def _reduced_fields(result: ReduceResult) -> dict[str, Any]:
+    """What ``--execute`` and ``--reduce`` report of a run: its reduce marker's result."""
+    return result.model_dump(mode="json", include={"resolved", "terminal_state", "first_failed_phase", "failure_label"})
 
 
 def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str, Any], int]:
@@ -270,9 +256,7 @@ def _reduce(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
             "run --execute on it again, which puts the runner's own markers back"
         )
     result = reduce_job(job)
-    report = {"mode": "reduce", "resolved": result.resolved, "terminal_state": result.terminal_state,
-              "first_failed_phase": result.first_failed_phase, "failure_label": result.failure_label,
-              "public_files": list(PUBLIC_FILES)}
+    report = {"mode": "reduce", **_reduced_fields(result), "public_files": list(PUBLIC_FILES)}
     return report, ExitCode.COMPLETED
 
 
@@ -318,8 +302,7 @@ def _subcommand(name: str, argv: list[str]) -> int:
     import importlib
 
     configure_logging()
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGINT, _raise_interrupt)
+    early_signals.interrupt_from_now_on()
     return int(importlib.import_module(SUBCOMMANDS[name]).main(argv))
 
 
@@ -333,13 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     guard_standard_streams()  # a reader of our output going away must never end the run
     args = build_parser().parse_args(argv)
     configure_logging()
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGINT, _raise_interrupt)
+    early_signals.interrupt_from_now_on()
     follow_batch_parent()
     output_format = OutputFormat(args.output_format or "json")
     try:
         if early_signals.pending() is not None and not (_is_batch(args) or _is_attempts(args)):
-            _raise_interrupt(early_signals.pending() or 0, None)
+            early_signals.raise_interrupt(early_signals.pending() or 0, None)
         settings = _settings_from(args)
         output_format = settings.output_format
         mode = _mode(args, settings)

@@ -1,4 +1,7 @@
-"""What every phase is handed: settings, the job root, the run id, one Docker client."""
+"""What every phase is handed: settings, the job root, the run id, one Docker client.
+
+What a phase returns is its typed result in ``reducers.models`` (``PhaseResult``).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,10 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
 
 import docker
 
-from reducers.models import Phase, Scalar
+from reducers.models import Phase
 from runner.docker_utils import connect, runner_labels
 from runner.jobroot import JobRoot
 from runner.journal import Journal
@@ -51,19 +53,3 @@ class JobContext:
         if self._client is not None:
             self._client.close()
             self._client = None
-
-
-@dataclass(frozen=True)
-class PhaseResult:
-    """What a phase hands the pipeline: a reason code, an exit code, public-safe details."""
-
-    phase: ClassVar[Phase]
-    reason: str = "ok"
-    exit_code: int | None = None
-
-    def details(self) -> dict[str, Scalar]:
-        out: dict[str, Any] = {}
-        for name, value in vars(self).items():
-            if name not in ("reason", "exit_code") and not name.startswith("_"):
-                out[name] = value
-        return out

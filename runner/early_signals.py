@@ -28,3 +28,19 @@ def install() -> None:
 def pending() -> int | None:
     """The first signal that came before the CLI's handlers, if any."""
     return _pending[0] if _pending else None
+
+
+def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    """SIGINT and SIGTERM end the run through every ``finally`` (container removal, restores).
+
+    Once: later signals are ignored, so a second Ctrl-C cannot break the cleanup half-way.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def interrupt_from_now_on() -> None:
+    """The runner's own handlers in place; a signal remembered before them is raised now."""
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    signal.signal(signal.SIGINT, raise_interrupt)

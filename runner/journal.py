@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from reducers.models import Marker, Phase
+from reducers.models import Marker, Phase, marker_type
 from runner.atomic import render_json, write_bytes_atomic
 from runner.errors import BadInputError
 from runner.jobroot import JOB_ID_FILE, JobRoot
@@ -128,7 +128,7 @@ class Journal:
         if raw is None:
             return None
         try:
-            return Marker.model_validate(raw)
+            return marker_type(phase).model_validate(raw)
         except ValidationError:
             return None
 

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reducers.markers import compact_input_error
+from reducers.models import LedgerState
 from reducers.passk import is_infra_failure, pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.atomic import write_bytes_atomic
 from runner.errors import CompactInputError
@@ -48,7 +49,7 @@ class LedgerRow(BaseModel):
 
     tag: str
     attempt: int | None = None  # None: the tag's only run, job root DIR/<tag>; i: DIR/<tag>/attempt-<i>
-    state: str  # completed | failed | bad_input | bad_environment | interrupted
+    state: LedgerState
     exit_code: int
     resolved: bool | None
     first_failed_phase: str | None
@@ -67,7 +68,7 @@ class LedgerRow(BaseModel):
 
     @property
     def completed(self) -> bool:
-        return self.state == "completed"
+        return self.state is LedgerState.COMPLETED
 
     @property
     def key(self) -> str:
@@ -76,11 +77,11 @@ class LedgerRow(BaseModel):
     @property
     def scored(self) -> bool:
         """Counts in pass@k: the agent had its say (no infrastructure failure ended it)."""
-        return self.state in ("completed", "failed") and not is_infra_failure(self.state, self.failure_label)
+        return self.state in (LedgerState.COMPLETED, LedgerState.FAILED) and not is_infra_failure(self.state, self.failure_label)
 
     def public(self) -> dict[str, Any]:
         """The row as the ledger files show it (no ``attempt`` key on a single-attempt row)."""
-        dumped = self.model_dump()
+        dumped = self.model_dump(mode="json")
         if self.attempt is None:
             del dumped["attempt"]
         return dumped

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from reducers.markers import marker_filename, read_marker
-from reducers.models import Marker, MarkerStatus, Phase, Scalar
+from reducers.models import Marker, MarkerStatus, Phase, PhaseResult, marker_type
 from runner.atomic import write_json_atomic
 
 
@@ -38,23 +38,17 @@ class PhaseClock:
         self.started = time.time()
         self._mono = time.monotonic()
 
-    def marker(
-        self,
-        *,
-        ok: bool,
-        reason: str,
-        exit_code: int | None = None,
-        details: dict[str, Scalar] | None = None,
-    ) -> Marker:
-        return Marker(
+    def marker(self, result: PhaseResult, *, ok: bool = True) -> Marker:
+        """``result`` (the phase's own, or what its failure records) in a marker timed now."""
+        return marker_type(self.phase)(
             phase=self.phase,
             status=MarkerStatus.OK if ok else MarkerStatus.FAILED,
             started_at=_utc(self.started),
             ended_at=_utc(time.time()),
             duration_seconds=round(time.monotonic() - self._mono, 3),
-            exit_code=exit_code,
-            reason=reason,
-            details=details or {},
+            exit_code=result.exit_code,
+            reason=result.reason,
+            details=result,
         )
 
 

@@ -26,8 +26,10 @@ from docker.errors import DockerException
 from git import GitError
 from structlog.contextvars import bound_contextvars
 
-from reducers.models import PHASE_ORDER, Marker, Phase, Scalar
-from runner.context import JobContext, PhaseResult
+from pydantic import ValidationError
+
+from reducers.models import PHASE_ORDER, RESULTS, Marker, Phase, PhaseResult, Reason, Scalar
+from runner.context import JobContext
 from runner.errors import (
     BadInputError,
     DockerUnavailableError,
@@ -68,19 +70,19 @@ UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.ED
 
 @dataclass(frozen=True)
 class RunOutcome:
-    exit_code: int
-    resolved: bool
-    terminal_state: str
-    first_failed_phase: str | None
-    failure_label: str
+    """A run's result (what reduce found) and what the process should exit with."""
+
+    reduced: ReduceResult
+    exit_code: int  # the CLI's ExitCode: completed, refused, interrupted
     message: str | None = None
 
 
-def _input(ctx: JobContext, phase: Phase, key: str) -> str:
+def _input(ctx: JobContext, phase: Phase, field: str) -> str:
+    """A field of an earlier phase's recorded result, which a later phase takes as its input."""
     marker = ctx.journal.marker(phase) if ctx.journal is not None else load_marker(ctx.job.markers, phase)
-    value = marker.details.get(key) if marker else None
+    value = getattr(marker.details, field) if marker is not None and marker.ok else None
     if not isinstance(value, str) or not value:
-        raise PhaseError(phase.value, "missing_input", f"the {phase.value} marker lacks {key}; rerun that phase")
+        raise PhaseError(phase.value, "missing_input", f"the {phase.value} marker lacks {field}; rerun that phase")
     return value
 
 
@@ -107,12 +109,12 @@ def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
     if prepared is None:
         return
     recorded = prepared.details
-    for flag, key, wanted in (
-        ("--tag", "tag", settings.tag),
-        ("--image", "image", settings.resolved_image),
-        ("--source-dir", "source_dir_sha256", source_dir_digest(settings)),
+    for flag, was, wanted in (
+        ("--tag", recorded.tag, settings.tag),
+        ("--image", recorded.image, settings.resolved_image),
+        ("--source-dir", recorded.source_dir_sha256, source_dir_digest(settings)),
     ):
-        if recorded.get(key) != wanted:
+        if was != wanted:
             raise BadInputError(
                 f"this job root was prepared with another {flag}; use another --job-root or the same settings"
             )
@@ -136,6 +138,21 @@ class PhaseFailure:
     exit_code_observed: int | None = None  # the phase's own process (codex, the test), if any
     details: dict[str, Any] = field(default_factory=dict)
     keep_traceback: bool = False  # its text may name host paths: logs/runner-error.log only
+
+    def result(self, phase: Phase) -> PhaseResult:
+        """The failed phase's typed result, as its marker stores it.
+
+        A reason or detail the schema does not know is the runner's bug: the marker
+        then says ``internal_error`` (with the error's type) rather than the run losing it.
+        """
+        contract = RESULTS[phase]
+        try:
+            return contract.model_validate({**self.details, "reason": self.reason, "exit_code": self.exit_code_observed})
+        except ValidationError as e:
+            log.error("failure_outside_the_schema", reason=self.reason, fields=sorted(self.details),
+                      problem=e.errors()[0]["type"])
+            return contract(reason=Reason.INTERNAL_ERROR, exit_code=self.exit_code_observed,
+                            error_type=type(self.error).__name__)
 
 
 def phase_failure(phase: Phase, error: BaseException) -> PhaseFailure:
@@ -182,19 +199,17 @@ def _run_phase(ctx: JobContext, phase: Phase) -> tuple[Marker, BaseException | N
         failure = phase_failure(phase, e)
         if failure.keep_traceback:
             _keep_traceback(ctx, e)
-        marker = clock.marker(
-            ok=False, reason=failure.reason, exit_code=failure.exit_code_observed, details=failure.details
-        )
+        marker = clock.marker(failure.result(phase), ok=False)
         error: BaseException | None = failure.error
     else:
-        marker = clock.marker(ok=True, reason=result.reason, exit_code=result.exit_code, details=result.details())
+        marker = clock.marker(result)
         error = None
     log.info("phase_finished", status=marker.status.value, reason=marker.reason, duration_seconds=marker.duration_seconds)
     return marker, error
 
 
-def execute(settings: RunnerSettings) -> RunOutcome:
-    """The full run on ``settings.job_root``.
+def execute(settings: RunnerSettings, *, on_phase: Callable[[Phase], None] | None = None) -> RunOutcome:
+    """The full run on ``settings.job_root``; ``on_phase`` hears each phase as it starts (a supervisor's task).
 
     Raises:
         BadInputError: the prompt is refused, the job root belongs to another task
@@ -215,7 +230,7 @@ def execute(settings: RunnerSettings) -> RunOutcome:
                 ctx.job_id = ctx.journal.job_id
                 with bound_contextvars(job_id=ctx.job_id):
                     recover(ctx)
-                    failure = _run_phases(ctx)
+                    failure = _run_phases(ctx, on_phase or (lambda _phase: None))
                 with bound_contextvars(phase=Phase.REDUCE.value):
                     _sync_markers(ctx)
                     reduced = _reduce(job)
@@ -234,7 +249,7 @@ def _sweep_own_strays(ctx: JobContext) -> None:
         log.warning("stray_containers_removed", count=removed)
 
 
-def _run_phases(ctx: JobContext) -> BaseException | None:
+def _run_phases(ctx: JobContext, on_phase: Callable[[Phase], None]) -> BaseException | None:
     """Every phase not yet ``ok``, in order, until the first failure (returned, not raised)."""
     job = ctx.job
     try:
@@ -244,6 +259,7 @@ def _run_phases(ctx: JobContext) -> BaseException | None:
                 if _done(ctx, phase):
                     log.info("phase_skipped", reason="ok in the runner's journal from an earlier run")
                     continue
+                on_phase(phase)
                 marker, failure = _run_phase(ctx, phase)
                 write_marker(job.markers, marker)
                 ctx.journal.record(marker)  # then the journal: a file no journal records is never trusted
@@ -266,14 +282,14 @@ def _done(ctx: JobContext, phase: Phase) -> bool:
         return False
     if phase is Phase.PATCH:
         patch = ctx.job.patch
-        held = patch.is_file() and not patch.is_symlink() and sha256_file(patch) == marker.details.get("patch_sha256")
+        held = patch.is_file() and not patch.is_symlink() and sha256_file(patch) == marker.details.patch_sha256
         if not held:
             log.warning("recorded_patch_not_on_disk", action="the patch is made again and evaluated again")
             journal.forget(Phase.PATCH, Phase.EVALUATE)
         return held
     if phase is Phase.EVALUATE:
         patched = journal.marker(Phase.PATCH)
-        if patched is None or marker.details.get("patch_sha256") != patched.details.get("patch_sha256"):
+        if patched is None or marker.details.patch_sha256 != patched.details.patch_sha256:
             journal.forget(Phase.EVALUATE)
             return False
     return True
@@ -310,7 +326,7 @@ def _reduce(job: JobRoot) -> ReduceResult:
     clock = PhaseClock(Phase.REDUCE)
     log.info("phase_started")
     result = reduce_job(job)
-    write_marker(job.markers, clock.marker(ok=True, reason="ok", details=result.details()))
+    write_marker(job.markers, clock.marker(result))
     log.info("phase_finished", status="ok", resolved=result.resolved, failure_label=result.failure_label)
     return result
 
@@ -322,11 +338,4 @@ def _outcome(reduced: ReduceResult, failure: BaseException | None) -> RunOutcome
         code, message = int(exit_code_of(failure)), str(failure)
     else:
         code, message = int(ExitCode.COMPLETED), None
-    return RunOutcome(
-        exit_code=code,
-        resolved=reduced.resolved,
-        terminal_state=reduced.terminal_state,
-        first_failed_phase=reduced.first_failed_phase,
-        failure_label=reduced.failure_label,
-        message=message,
-    )
+    return RunOutcome(reduced=reduced, exit_code=code, message=message)

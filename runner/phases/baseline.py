@@ -9,22 +9,14 @@ its own at the same commit.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 
 from git import BadName, InvalidGitRepositoryError, NoSuchPathError
 
-from reducers.models import Phase
-from runner.context import JobContext, PhaseResult
+from reducers.models import BaselineResult
+from runner.context import JobContext
 from runner.errors import PhaseError
 from runner.jobroot import JobRoot
 from runner.gitops import BASELINE_MESSAGE, give_agent_a_repository, init_baseline, open_baseline
-
-
-@dataclass(frozen=True)
-class BaselineResult(PhaseResult):
-    phase = Phase.BASELINE
-    baseline_commit: str = ""
-    tracked_file_count: int = 0
 
 
 def _existing_baseline(job: JobRoot) -> str | None:

@@ -24,12 +24,11 @@ import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from reducers.models import Phase
+from reducers.models import CodexResult, Reason
 from runner.atomic import open_private
 from runner.codex_config import (
     active_provider,
@@ -41,7 +40,7 @@ from runner.codex_config import (
 from runner.codex_usage import usage_from_events
 from runner.containment import AgentNotContainedError, agent_process, hand_over, resolve_agent_user
 from runner.reaper import become_subreaper, kill_descendants
-from runner.context import JobContext, PhaseResult, sha256_file
+from runner.context import JobContext, sha256_file
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
 from runner.settings import SAFE_MODEL
@@ -60,29 +59,6 @@ ENV_ALLOWLIST = frozenset(
 )
 STDOUT_LOG = "codex.stdout.log"
 STDERR_LOG = "codex.stderr.log"
-
-
-@dataclass(frozen=True)
-class CodexResult(PhaseResult):
-    phase = Phase.CODEX
-    timed_out: bool = False
-    duration_seconds: float = 0.0
-    stdout_sha256: str = ""
-    stderr_sha256: str = ""
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    last_message_present: bool = False
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_output_tokens: int = 0
-    turns: int = 0
-    failed_turns: int = 0
-    model_error: str | None = None
-    infra_failure: bool = False
-    model: str | None = None
-    codex_overrides_sha256: str = ""
 
 
 def child_environment(
@@ -247,11 +223,11 @@ def codex(ctx: JobContext) -> CodexResult:
         )
     usage = usage_from_events(stdout_path)
     if timed_out:
-        reason = "codex_timeout"
+        reason = Reason.CODEX_TIMEOUT
     elif exit_code == 0:
-        reason = "ok"
+        reason = Reason.OK
     else:
-        reason = "codex_model_error" if usage.model_error else "codex_exit_nonzero"
+        reason = Reason.CODEX_MODEL_ERROR if usage.model_error else Reason.CODEX_EXIT_NONZERO
     result = CodexResult(
         exit_code=exit_code,
         reason=reason,
@@ -269,23 +245,23 @@ def codex(ctx: JobContext) -> CodexResult:
         reasoning_output_tokens=usage.reasoning_output_tokens,
         turns=usage.turns,
         failed_turns=usage.failed_turns,
-        model_error=usage.model_error if reason == "codex_model_error" else None,
-        infra_failure=reason == "codex_model_error",
+        model_error=usage.model_error if reason is Reason.CODEX_MODEL_ERROR else None,
+        infra_failure=reason is Reason.CODEX_MODEL_ERROR,
         model=settings.model or (provider.model if provider.model and SAFE_MODEL.fullmatch(provider.model) else None),
         codex_overrides_sha256=overrides_sha256(settings.codex_config),
     )
-    if result.reason != "ok":
+    if result.reason is not Reason.OK:
         if timed_out:
             message = (
                 f"codex passed the deadline of {settings.codex_timeout:g}s and was killed with its process group; "
                 f"what it was doing is in logs/{STDOUT_LOG} and logs/{STDERR_LOG}"
             )
-        elif reason == "codex_model_error":
+        elif reason is Reason.CODEX_MODEL_ERROR:
             message = (
                 f"the model provider failed ({usage.model_error}), an infrastructure failure, not the agent's; "
                 f"codex exited with {exit_code}; see logs/{STDOUT_LOG}"
             )
         else:
             message = f"codex exited with {exit_code}; see logs/{STDERR_LOG}"
-        raise PhaseError("codex", result.reason, message, exit_code=exit_code, details=result.details())
+        raise PhaseError("codex", result.reason, message, exit_code=exit_code, details=result.model_dump())
     return result

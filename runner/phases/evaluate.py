@@ -43,9 +43,9 @@ from docker.errors import DockerException
 from docker.types import LogConfig
 from requests.exceptions import RequestException
 
-from reducers.models import Phase
+from reducers.models import EvaluateResult, Phase
 from runner.atomic import open_private
-from runner.context import JobContext, PhaseResult, sha256_file
+from runner.context import JobContext, sha256_file
 from runner.docker_utils import LABEL_PHASE, managed_container, pumping_output, wait_main_process
 from runner.errors import PhaseError
 from runner.settings import PATCH_IN_CONTAINER
@@ -118,31 +118,6 @@ def probe_network(client: docker.DockerClient, *, image_id: str, network: str, l
     if ended.exit_code == 3:
         return NetworkProbe(reachable=None, detail="probe_unavailable")
     return NetworkProbe(reachable=False, detail="unreachable")
-
-
-@dataclass(frozen=True)
-class EvaluateResult(PhaseResult):
-    phase = Phase.EVALUATE
-    image_id: str = ""
-    network: str = ""
-    apply_exit_code: int | None = None
-    test_exit_code: int | None = None
-    timed_out: bool = False
-    resolved: bool = False  # the official score
-    exit_code_verdict: bool = False  # the runner's own: the container's exit code alone
-    string_verdict: bool = False  # the official rule's string part, on stdout alone
-    verdicts_disagree: bool = False
-    apply_seconds: float | None = None
-    test_seconds: float | None = None
-    network_reachable: bool | None = None
-    network_probe: str = ""
-    needs_network: bool = False
-    verdict_untrusted: bool = False
-    apply_log_sha256: str = ""
-    test_log_sha256: str = ""
-    patch_sha256: str = ""  # the patch this verdict belongs to: a resume re-evaluates any other
-    apply_stderr_log_sha256: str = ""
-    test_stderr_log_sha256: str = ""
 
 
 def _patch_archive(patch: Path | bytes) -> bytes:

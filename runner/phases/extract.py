@@ -8,14 +8,13 @@ lands in a scratch directory first and is renamed into place only when whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 from docker.errors import NotFound
 
-from reducers.models import Phase
-from runner.context import JobContext, PhaseResult
+from reducers.models import ExtractResult, Phase
+from runner.context import JobContext
 from runner.docker_utils import (
     archive_stream_with_stat,
     ensure_image,
@@ -37,20 +36,6 @@ log = structlog.get_logger(__name__)
 SCRATCH_PREFIX = ".buggy-source.partial"
 # Files an empty checked-in placeholder may hold; anything else means work is there.
 PLACEHOLDERS = frozenset({".gitkeep"})
-
-
-@dataclass(frozen=True)
-class ExtractResult(PhaseResult):
-    phase = Phase.EXTRACT
-    image_id: str = ""
-    image_digest: str | None = None
-    file_count: int = 0
-    directory_count: int = 0
-    symlink_count: int = 0
-    byte_count: int = 0
-    oracle_entries_skipped: int = 0
-    oracle_entries_extracted: int = 0
-    from_cache: bool = False
 
 
 def _refuse_occupied(target: Path) -> None:
@@ -125,7 +110,7 @@ def _image(ctx: JobContext) -> tuple[str, str | None]:
 def _recorded_image(ctx: JobContext) -> tuple[str, str | None] | None:
     """The image id precheck resolved in this job root: a cache hit needs no Docker call of its own."""
     marker = ctx.journal.marker(Phase.PRECHECK) if ctx.journal is not None else None
-    image_id = marker.details.get("image_id") if marker is not None and marker.ok else None
+    image_id = marker.details.image_id if marker is not None and marker.ok else None
     return (image_id, None) if isinstance(image_id, str) and image_id else None
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from git import Repo
 
-from reducers.models import Phase
-from runner.context import JobContext, PhaseResult
+from reducers.models import PatchResult
+from runner.context import JobContext
 from runner.errors import PhaseError
 from runner.gitops import open_baseline
 from runner import hygiene
@@ -33,20 +32,6 @@ DIFF_OPTIONS = (
     "--src-prefix=a/",
     "--dst-prefix=b/",
 )
-
-
-@dataclass(frozen=True)
-class PatchResult(PhaseResult):
-    phase = Phase.PATCH
-    patch_sha256: str = ""
-    patch_bytes: int = 0
-    changed_file_count: int = 0
-    added_file_count: int = 0
-    deleted_file_count: int = 0
-    hunk_count: int = 0
-    binary_change_count: int = 0
-    sensitive_file_count: int = 0
-    artifact_files_left_out: int = 0
 
 
 # Files through which a patch could sway a test without fixing anything: tests themselves and

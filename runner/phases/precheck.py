@@ -11,16 +11,15 @@ import re
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
 
 import docker
 from docker.errors import DockerException
 from pydantic import BaseModel, ConfigDict
 from requests.exceptions import RequestException
 
-from reducers.models import Phase
+from reducers.models import Phase, PrecheckResult
 from runner.codex_config import OPENAI_KEY_VARIABLES, active_provider, operator_home, resolve_codex_home
-from runner.context import JobContext, PhaseResult
+from runner.context import JobContext
 from runner.docker_utils import connect, daemon_gone, ensure_image, image_identity, managed_container
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError, UnscorableError
 from runner.settings import RunnerSettings
@@ -78,17 +77,6 @@ class PrecheckReport(BaseModel):
 
     def first_failure(self) -> Check | None:
         return next((check for check in self.checks if not check.ok), None)
-
-
-@dataclass(frozen=True)
-class PrecheckResult(PhaseResult):
-    phase = Phase.PRECHECK
-    codex_version: str | None = None
-    image_id: str | None = None
-    checks_passed: int = 0
-    tag_profile: str | None = None
-    refusal: str | None = None
-    unscorable_override: bool = False
 
 
 def codex_version(codex_bin: str) -> str:

@@ -7,23 +7,12 @@ leaves the job root exactly as it was.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
-from reducers.models import Phase
-from runner.context import JobContext, PhaseResult
+from reducers.models import PrepareResult
+from runner.context import JobContext
 from runner.errors import BadInputError
 from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
 from runner.settings import RunnerSettings
-
-
-@dataclass(frozen=True)
-class PrepareResult(PhaseResult):
-    phase = Phase.PREPARE
-    tag: str = ""
-    image: str = ""
-    prompt_sha256: str = ""
-    prompt_bytes: int = 0
-    source_dir_sha256: str = ""
 
 
 def source_dir_digest(settings: RunnerSettings) -> str:

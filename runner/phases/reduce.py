@@ -7,24 +7,13 @@ codex or log content. ``--reduce`` calls the same entry point.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from reducers.compact import reduce_markers, reduce_real_result
 from reducers.markers import read_markers
-from reducers.models import Phase
-from runner.context import PhaseResult
+from reducers.models import ReduceResult
 from runner.errors import CompactInputError
 from runner.jobroot import BENCHMARK_RESULT, BENCHMARK_RUN, REAL_RESULT, JobRoot
 from runner.public import private_texts_for, publish
-
-
-@dataclass(frozen=True)
-class ReduceResult(PhaseResult):
-    phase = Phase.REDUCE
-    resolved: bool = False
-    terminal_state: str = ""
-    first_failed_phase: str | None = None
-    failure_label: str = ""
 
 
 def _read_compact(job_root: JobRoot, name: str) -> object:

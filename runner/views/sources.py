@@ -16,6 +16,7 @@ from reducers.passk import is_infra_failure
 from runner.errors import BadInputError
 from runner.jobroot import BENCHMARK_RUN
 from runner.ledger import LEDGER_JSON, LedgerRow, RunLedger
+from reducers.models import LedgerState
 from runner.views.model import TIMED_PHASES, TaskRow, TaskState
 
 log = structlog.get_logger(__name__)
@@ -24,11 +25,11 @@ LOCAL_SUITE = "local"
 LOCAL_HOST = "local"
 # The batch ledger's states (runner.batch) as task states.
 _STATE = {
-    "completed": TaskState.DONE,
-    "failed": TaskState.FAILED,
-    "bad_input": TaskState.FAILED,
-    "bad_environment": TaskState.FAILED,
-    "interrupted": TaskState.CANCELLED,
+    LedgerState.COMPLETED: TaskState.DONE,
+    LedgerState.FAILED: TaskState.FAILED,
+    LedgerState.BAD_INPUT: TaskState.FAILED,
+    LedgerState.BAD_ENVIRONMENT: TaskState.FAILED,
+    LedgerState.INTERRUPTED: TaskState.CANCELLED,
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from reducers.compact import reduce_markers, reduce_real_result
 from reducers.guard import check_public
 from reducers.markers import read_markers
-from reducers.models import Marker, MarkerStatus, Phase
+from reducers.models import Marker, MarkerStatus, Phase, marker_type
 from runner.errors import CompactInputError
 from runner.markers import write_marker
 from runner.phases.reduce import reduce_job
@@ -20,7 +20,7 @@ IMAGE_ID = "sha256:" + "1" * 64
 
 
 def _marker(phase: Phase, ok: bool = True, reason: str = "ok", exit_code: int | None = None, **details) -> Marker:
-    return Marker(
+    return marker_type(phase)(
         phase=phase,
         status=MarkerStatus.OK if ok else MarkerStatus.FAILED,
         started_at="2026-01-01T00:00:00.000+00:00",

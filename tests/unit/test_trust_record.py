@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reducers.models import Phase
+from reducers.models import EvaluateResult, Phase, PrepareResult
 from runner.containment import agent_process, pid_namespaces_available
 from runner.jobroot import JOB_ID_FILE, JobRoot
 from runner.journal import Journal
@@ -74,10 +74,10 @@ def test_a_marker_file_the_journal_did_not_record_is_replaced(tmp_path: Path) ->
     state = tmp_path / "state"
     job = _job(tmp_path)
     journal = Journal.open(state, job)
-    marker = PhaseClock(Phase.PREPARE).marker(ok=True, reason="ok")
+    marker = PhaseClock(Phase.PREPARE).marker(PrepareResult())
     journal.record(marker)
     write_marker(job.markers, marker)
-    forged = PhaseClock(Phase.EVALUATE).marker(ok=True, reason="ok", details={"resolved": True})
+    forged = PhaseClock(Phase.EVALUATE).marker(EvaluateResult(resolved=True))
     write_marker(job.markers, forged)
     (job.markers / "prepare.json").write_text("{}")
     again = Journal.open(state, job)
@@ -92,7 +92,7 @@ def test_a_copied_job_root_gets_an_id_of_its_own_and_a_moved_one_keeps_its(tmp_p
     state = tmp_path / "state"
     original = _job(tmp_path, "a")
     first = Journal.open(state, original)
-    first.record(PhaseClock(Phase.PREPARE).marker(ok=True, reason="ok"))
+    first.record(PhaseClock(Phase.PREPARE).marker(PrepareResult()))
     subprocess.run(["cp", "-a", str(original.root), str(tmp_path / "copy")], check=True)
     copy = Journal.open(state, JobRoot.at(tmp_path / "copy", "demo_1"))
     assert copy.job_id != first.job_id and copy.marker(Phase.PREPARE) is None
