@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "submit": ("runner.fleet.commands", "submit_main"),
     "status": ("runner.fleet.commands", "status_main"),
     "cancel": ("runner.fleet.commands", "cancel_main"),
+    "task": ("runner.task_process", "main"),  # a supervisor's child (runner.supervisor), not for operators
 }
 
 

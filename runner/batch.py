@@ -1,4 +1,7 @@
-"""Batches: many tags, each its own job root and its own ``python -m runner --execute`` process.
+"""Batches: many tags (or attempts), each its own job root and its own task process.
+
+The batch is a thin user of the supervisor (``runner.supervisor``): it turns tags into
+``TaskSpec``s, runs them ``workers`` at a time, and keeps the ledger and the summary.
 
 Invariants:
 - isolation by process: one task's failure, timeout, crash or interrupt cannot
@@ -12,13 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -30,36 +27,31 @@ from typing import Any, Protocol
 
 import structlog
 
+from reducers.compact import BenchmarkRun
+from reducers.models import LedgerState
 from runner.audit import read_audit_labels
 from runner.errors import BadInputError, ExitCode, REFUSALS
-from runner.jobroot import BENCHMARK_RUN, JobRoot
+from runner.jobroot import JobRoot
 from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger, row_key
-from runner.lifeline import BATCH_PARENT_ENV
 from runner.public import private_texts_for
-from runner.lock import LOCK_NAME, job_root_lock
+from runner.lock import job_root_lock
 from runner.settings import SAFE_HOST_PATH, RunnerSettings
+from runner.supervisor import TaskEnd, TaskProcesses, run_task
 from runner.tags import check_attempts
+from runner.task import host_settings, task_spec
 
 log = structlog.get_logger(__name__)
 
 BATCH_LOGS = ".batch-logs"
 BATCH_LOCK = ".batch.lock"
-# A task of an earlier batch that died may still be cleaning up (it got SIGTERM with its batch):
-# its job root's lock is waited for this long before the task is started anyway (and refused).
-STALE_LOCK_WAIT = 60.0
-FOLLOW_INTERVAL = 0.1
 _STATE_BY_EXIT = {
-    int(ExitCode.COMPLETED): "completed",
-    int(ExitCode.RUNNER_FAILURE): "failed",
-    int(ExitCode.BAD_INPUT): "bad_input",
-    int(ExitCode.BAD_ENVIRONMENT): "bad_environment",
-    int(ExitCode.INTERRUPTED): "interrupted",
+    int(ExitCode.COMPLETED): LedgerState.COMPLETED,
+    int(ExitCode.RUNNER_FAILURE): LedgerState.FAILED,
+    int(ExitCode.BAD_INPUT): LedgerState.BAD_INPUT,
+    int(ExitCode.BAD_ENVIRONMENT): LedgerState.BAD_ENVIRONMENT,
+    int(ExitCode.INTERRUPTED): LedgerState.INTERRUPTED,
 }
-
-
-# The reference's variables that name one task: a batch passes each task's own as flags.
-TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
 
 
 @dataclass(frozen=True)
@@ -104,56 +96,6 @@ def seed_prompt(unit: Unit) -> None:
     own.write_bytes(shared.read_bytes())
 
 
-def child_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
-    return {key: value for key, value in environ.items() if key not in TASK_ENV}
-
-
-def child_argv(settings: RunnerSettings, tag: str, job_root: Path, image: str | None) -> list[str]:
-    """The single-task command for one tag: every setting passed as a flag, so it wins over the env.
-
-    ``image``: only an image given as a flag applies to every tag; otherwise each tag gets its own.
-    """
-    argv = [
-        sys.executable, "-m", "runner", "--execute",
-        f"--job-root={job_root}",
-        f"--tag={tag}",
-        f"--codex-bin={settings.codex_bin}",
-        f"--codex-timeout={settings.codex_timeout}",
-    ]
-    # A setting a tag profile may supply goes as a flag only when the operator gave it: otherwise
-    # each task gets its own tag's profile (or the defaults), not the batch's default tag's.
-    for name, value in (
-        ("eval-timeout", settings.eval_timeout),
-        ("eval-network", settings.eval_network.value),
-        ("source-dir", settings.source_dir),
-        ("apply-cmd", settings.apply_cmd),
-        ("test-cmd", settings.test_cmd),
-    ):
-        if settings.operator_gave(name.replace("-", "_")):
-            argv.append(f"--{name}={value}")
-    if image:
-        argv.append(f"--image={image}")
-    if settings.model:
-        argv.append(f"--model={settings.model}")
-    if settings.codex_profile:
-        argv.append(f"--codex-profile={settings.codex_profile}")
-    if settings.codex_home:
-        argv.append(f"--codex-home={settings.codex_home}")
-    argv += [f"--codex-config={item}" for item in settings.codex_config]
-    argv += [f"--patch-exclude={item}" for item in settings.patch_exclude]
-    if settings.allow_pull:
-        argv.append("--allow-pull")
-    if settings.state_dir is not None:
-        argv.append(f"--state-dir={settings.state_dir}")
-    if settings.agent_user is not None:
-        argv.append(f"--agent-user={settings.agent_user}")
-    if settings.allow_unscorable:
-        argv.append("--allow-unscorable")
-    if settings.cache_dir is not None:
-        argv.append(f"--cache-dir={settings.cache_dir}")
-    if settings.operator_gave("cache_max_gb"):
-        argv.append(f"--cache-max-gb={settings.cache_max_gb}")
-    return argv
 
 
 class Progress(Protocol):
@@ -231,150 +173,40 @@ class BatchSummary:
         }
 
 
-def _state(exit_code: int, stopping: bool) -> str:
+def _state(exit_code: int, stopping: bool) -> LedgerState:
     """A task killed by the batch's own stop (before its handlers were in place) was interrupted."""
     if stopping and exit_code in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL):
-        return "interrupted"
-    return _STATE_BY_EXIT.get(exit_code, "failed")
+        return LedgerState.INTERRUPTED
+    return _STATE_BY_EXIT.get(exit_code, LedgerState.FAILED)
 
 
-def _row(unit: Unit, exit_code: int, wall: float, *, stopping: bool = False) -> LedgerRow:
-    run: dict[str, Any] = {}
-    try:
-        run = json.loads((unit.job_root / BENCHMARK_RUN).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        pass  # refused before any output (bad input): the row says so by its state
-    resolved = run.get("official_task_score", {}).get("resolved") if run else None
+def _row(unit: Unit, exit_code: int, wall: float, run: BenchmarkRun | None, *, stopping: bool = False) -> LedgerRow:
+    """The ledger row of a task that ended with ``exit_code`` and reported ``run`` (its compact result)."""
+    state = _state(exit_code, stopping)
+    if run is None:  # refused before any output (bad input), or killed before it said how it ended
+        return LedgerRow(tag=unit.tag, attempt=unit.attempt, state=state, exit_code=exit_code, resolved=None,
+                         first_failed_phase=None, failure_label=None, wall_seconds=round(wall, 3),
+                         phase_durations_seconds={}, patch_sha256=None, patch_bytes=None, image_digest=None,
+                         image_id=None, input_tokens=0, output_tokens=0)
     return LedgerRow(
         tag=unit.tag,
         attempt=unit.attempt,
-        state=_state(exit_code, stopping),
+        state=state,
         exit_code=exit_code,
-        resolved=resolved if exit_code == 0 else (False if run else None),
-        first_failed_phase=run.get("first_failed_phase"),
-        failure_label=(run.get("failure_attribution_labels") or [None])[0],
+        resolved=run.official_task_score.resolved if exit_code == 0 else False,
+        first_failed_phase=run.first_failed_phase,
+        failure_label=run.failure_attribution_labels[0] if run.failure_attribution_labels else None,
         wall_seconds=round(wall, 3),
-        phase_durations_seconds=run.get("phase_durations_seconds", {}),
-        patch_sha256=run.get("patch_sha256") if run.get("patch_bytes") else None,
-        patch_bytes=run.get("patch_bytes") if run else None,
-        image_digest=run.get("image_digest"),
-        image_id=run.get("image_id"),
-        input_tokens=run.get("metrics", {}).get("input_tokens", 0),
-        output_tokens=run.get("metrics", {}).get("output_tokens", 0),
-        exit_code_verdict=run.get("evaluation", {}).get("exit_code_verdict") if run.get("evaluation", {}).get("ran") else None,
-        verdict_untrusted=bool(run.get("verdict_untrusted", False)),
+        phase_durations_seconds=run.phase_durations_seconds,
+        patch_sha256=run.patch_sha256 if run.patch_bytes else None,
+        patch_bytes=run.patch_bytes,
+        image_digest=run.image_digest,
+        image_id=run.image_id,
+        input_tokens=run.metrics.input_tokens,
+        output_tokens=run.metrics.output_tokens,
+        exit_code_verdict=run.evaluation.exit_code_verdict if run.evaluation.ran else None,
+        verdict_untrusted=run.verdict_untrusted,
     )
-
-
-class _Children:
-    """The running child processes, so an interrupt can reach every one of them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: set[subprocess.Popen] = set()
-        self.stopping = threading.Event()
-
-    def add(self, child: subprocess.Popen) -> None:
-        with self._lock:
-            self._running.add(child)
-            if self.stopping.is_set():
-                child.send_signal(signal.SIGTERM)
-
-    def discard(self, child: subprocess.Popen) -> None:
-        with self._lock:
-            self._running.discard(child)
-
-    def stop_all(self) -> None:
-        with self._lock:
-            self.stopping.set()
-            for child in self._running:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-
-
-def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> None:
-    """Wait (bounded) while another process holds the job root's lock: after a batch died with -9,
-    its tasks are still ending (they got SIGTERM with it) when the rerun starts them again."""
-    path = job_root / LOCK_NAME
-    if not path.exists():
-        return
-    deadline = time.monotonic() + timeout
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return  # free (released when fd closes)
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
-                    return  # the task itself will refuse, naming the holder
-            time.sleep(0.2)
-    finally:
-        os.close(fd)
-
-
-def _follow(path: Path, child: subprocess.Popen, on_phase: Callable[[str], None]) -> int:
-    """Read the task's log as it grows, for its phase events, until the task ends."""
-    with path.open("rb") as log_file:
-        pending = b""
-        while True:
-            ended = child.poll() is not None
-            chunk = log_file.read()
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if b'"phase_started"' in line:
-                    try:
-                        phase = json.loads(line).get("phase")
-                    except (json.JSONDecodeError, UnicodeDecodeError):
-                        continue
-                    if isinstance(phase, str):
-                        on_phase(phase)
-            if ended and not chunk:
-                return child.wait()
-            if not chunk:
-                time.sleep(FOLLOW_INTERVAL)
-
-
-class ChildRegistry(Protocol):
-    """Where a task's child process is registered while it runs, so it can be interrupted."""
-
-    def add(self, child: subprocess.Popen) -> None: ...
-    def discard(self, child: subprocess.Popen) -> None: ...
-
-
-def run_task_process(
-    argv: list[str],
-    job_root: Path,
-    log_path: Path,
-    children: ChildRegistry,
-    on_phase: Callable[[str], None],
-) -> int:
-    """One single-task run as a child in its own session; its exit code.
-
-    The batch and the fleet worker both run tasks this way. The child's stderr is the
-    log file itself, not a pipe through the parent: each line lands as it is written,
-    and the parent dying (even by -9) cannot break it; the child ends with its parent
-    (``runner/lifeline.py``). ``on_phase`` gets each phase the child starts.
-    """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    _wait_for_stale_lock(job_root)
-    with log_path.open("wb") as sink:
-        child = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
-            # Named, the parent's pid lets the task end with it (runner/lifeline.py).
-            env={**child_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
-            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only; it passes one SIGTERM on
-        )
-    children.add(child)
-    try:
-        return _follow(log_path, child, on_phase)
-    finally:
-        children.discard(child)
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 def _run_one(
@@ -382,15 +214,14 @@ def _run_one(
     unit: Unit,
     logs_dir: Path,
     image: str | None,
-    children: _Children,
+    children: TaskProcesses,
     on_phase: Callable[[str], None],
-) -> tuple[int, float]:
+) -> tuple[TaskEnd, float]:
     started = time.monotonic()
     seed_prompt(unit)
-    exit_code = run_task_process(
-        child_argv(settings, unit.tag, unit.job_root, image), unit.job_root, logs_dir / unit.log_name, children, on_phase
-    )
-    return exit_code, time.monotonic() - started
+    spec = task_spec(settings, unit.tag, unit.job_root, image=image, attempt=unit.attempt)
+    end = run_task(spec, host_settings(settings), logs_dir / unit.log_name, children, on_phase)
+    return end, time.monotonic() - started
 
 
 def run_batch(
@@ -456,7 +287,7 @@ def _run_locked(
 ) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
-    children = _Children()
+    children = TaskProcesses()
     state_dir = settings.state_dir or default_state_dir()
     todo = [
         unit for unit in units
@@ -473,13 +304,14 @@ def _run_locked(
             return
         progress.started(unit.name)
         try:
-            exit_code, wall = _run_one(
+            end, wall = _run_one(
                 settings, unit, jobs_dir / BATCH_LOGS, image, children, lambda phase: progress.phase(unit.name, phase)
             )
         except OSError as e:  # the task could not even start (no space for its log, say)
             log.error("task_not_started", task=unit.name, error_type=type(e).__name__)
-            exit_code, wall = int(ExitCode.BAD_ENVIRONMENT), 0.0
-        row = _row(unit, exit_code, wall, stopping=children.stopping.is_set())
+            end, wall = TaskEnd(exit_code=int(ExitCode.BAD_ENVIRONMENT), outcome=None), 0.0
+        run = end.outcome.run if end.outcome is not None else None
+        row = _row(unit, end.exit_code, wall, run, stopping=children.stopping.is_set())
         with ledger_lock:
             try:
                 ledger.upsert(row)

@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from reducers.compact import BenchmarkRun
+
 PROMPT = "context/prompt.md"
 BUGGY_SOURCE = "buggy-source"
 # The runner's own git directory for the baseline, outside the agent's tree, so nothing the
@@ -81,3 +85,11 @@ class JobRoot:
     def relative(self, path: Path) -> str:
         """A path for public output: relative to the job root, never absolute."""
         return path.relative_to(self.root).as_posix()
+
+
+def written_run(root: Path) -> BenchmarkRun | None:
+    """The compact run a job root holds, typed; None when there is none (or it is not one)."""
+    try:
+        return BenchmarkRun.model_validate_json((root / BENCHMARK_RUN).read_bytes())
+    except (OSError, ValidationError):
+        return None

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from reducers.models import Marker, MarkerStatus, Phase
+from reducers.models import Marker, MarkerStatus, Phase, marker_type
 from runner.batch import Unit, _row
-from runner.jobroot import JobRoot
+from runner.jobroot import JobRoot, written_run
 from runner.ledger import RunLedger
 from runner.markers import write_marker
 from runner.phases.reduce import reduce_job
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _marker(phase: Phase, seconds: float, ok: bool = True, reason: str = "ok", exit_code: int | None = None,
             **details) -> Marker:
-    return Marker(phase=phase, status=MarkerStatus.OK if ok else MarkerStatus.FAILED,
+    return marker_type(phase)(phase=phase, status=MarkerStatus.OK if ok else MarkerStatus.FAILED,
                   started_at="2026-01-01T00:00:00.000+00:00", ended_at="2026-01-01T00:00:01.000+00:00",
                   duration_seconds=seconds, exit_code=exit_code, reason=reason, details=details)
 
@@ -99,7 +99,7 @@ def make_batch(jobs_dir: Path, kinds: dict[str, str], *, scale: float = 1.0) -> 
         if kind != "bad_environment":
             reduce_job(job)
         wall = sum(m.duration_seconds for m in _markers(kind, tag, scale)) + 1.5
-        ledger.upsert(_row(Unit(tag, None, root), EXIT[kind], wall))
+        ledger.upsert(_row(Unit(tag, None, root), EXIT[kind], wall, written_run(root)))
     return Batch(jobs_dir=jobs_dir, kinds=kinds)
 
 

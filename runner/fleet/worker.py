@@ -1,8 +1,8 @@
 """``python -m runner worker``: the daemon of one trusted host, a Dramatiq worker on the fleet's Redis.
 
 Invariants:
-- the unit of work is the same isolated single-task run as ``--execute`` and the
-  batch (``runner.batch.run_task_process``): a child in its own session, its own
+- the unit of work is the same isolated task process as the batch's, started by
+  the supervisor (``runner.supervisor.run_task``): a child in its own session, its own
   job root ``<jobs>/<suite>/<tag>/attempt-<i>``, its markers, its labelled
   containers; the child gets SIGTERM if this worker dies (no run outlives it);
 - at most ``--slots`` tasks at once (Dramatiq threads and prefetch = slots), and
@@ -37,12 +37,10 @@ import redis
 import structlog
 from dramatiq.errors import Retry
 from dramatiq.middleware import CurrentMessage
-from pydantic import ValidationError
 from structlog.contextvars import bound_contextvars
 
 from reducers.compact import BenchmarkRun
 from runner.atomic import write_bytes_atomic
-from runner.batch import child_argv, run_task_process
 from runner.fleet.views import WorkerStatusSource
 from runner.views.server import BackgroundServer, http_address
 from runner.docker_utils import connect, sweep_strays
@@ -67,9 +65,11 @@ from runner.fleet.messages import (
     check_queue,
     parse_message,
 )
-from runner.jobroot import BENCHMARK_RUN, PROMPT
+from runner.jobroot import PROMPT
 from runner.logs import configure_logging
 from runner.settings import SAFE_HOST_PATH, SAFE_TAG, load_settings
+from runner.supervisor import run_task
+from runner.task import host_settings, task_spec
 
 log = structlog.get_logger(__name__)
 
@@ -104,7 +104,7 @@ class RunningTask:
         self._child: Any = None
         self._lock = threading.Lock()
 
-    # ChildRegistry, for runner.batch.run_task_process
+    # ChildRegistry, for runner.supervisor.run_task
     def add(self, child: Any) -> None:
         with self._lock:
             self._child = child
@@ -365,14 +365,13 @@ class FleetWorker:
 
         log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}.attempt-{task.attempt}.log"
         try:
-            exit_code = run_task_process(
-                child_argv(settings, task.tag, job_root, settings.image), job_root, log_path, running, on_phase
-            )
+            spec = task_spec(settings, task.tag, job_root, image=settings.image, attempt=task.attempt)
+            end = run_task(spec, host_settings(settings), log_path, running, on_phase)
         except OSError as e:  # the task could not even start (no space for its log, say)
             return self._infra(ledger, task, queue, retries, "task_not_started",
                                f"the task process could not start ({type(e).__name__})", None, None, 0.0)
         wall = round(time.monotonic() - started, 3)
-        run = _read_run(job_root)
+        exit_code, run = end.exit_code, (end.outcome.run if end.outcome is not None else None)
         reason = running.stop_reason
         log.info("task_exited", exit_code=exit_code, stop_reason=reason.value if reason else None, wall_seconds=wall)
         facts = _facts(run, exit_code, wall)
@@ -585,13 +584,6 @@ class FleetWorker:
         print(json.dumps({"mode": "worker", "name": self.options.name, "finished": self.state.finished,
                           "interrupted": interrupted}, sort_keys=True))
         return int(ExitCode.COMPLETED)
-
-
-def _read_run(job_root: Path) -> BenchmarkRun | None:
-    try:
-        return BenchmarkRun.model_validate_json((job_root / BENCHMARK_RUN).read_bytes())
-    except (OSError, ValidationError):
-        return None  # refused before any output (bad input, no Docker at all)
 
 
 def _facts(run: BenchmarkRun | None, exit_code: int | None, wall: float) -> dict[str, Any]:

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.batch import Unit, _row, child_argv, child_environment
+from reducers.compact import BenchmarkRun
+from runner.batch import Unit, _row
+from runner.supervisor import TaskRequest, task_environment
+from runner.task import host_settings, task_settings, task_spec
 from runner.tags import read_tags_file, unique_tags
 from runner.errors import BadInputError, CompactInputError, PublicSafetyError
 from runner.ledger import LedgerRow, RunLedger
@@ -31,18 +34,21 @@ def test_a_bad_line_is_named(tmp_path: Path) -> None:
         unique_tags([])
 
 
-def test_child_argv_passes_every_setting_as_a_flag(tmp_path: Path) -> None:
-    settings = load_settings(codex_bin="/opt/codex", eval_timeout=9, allow_pull=True)
-    argv = child_argv(settings, "t_1", tmp_path / "t_1", "stub:1")
-    assert argv[1:4] == ["-m", "runner", "--execute"]
-    flags = dict(arg.split("=", 1) for arg in argv[4:] if "=" in arg)
-    assert flags["--tag"] == "t_1" and flags["--image"] == "stub:1" and flags["--codex-bin"] == "/opt/codex"
-    assert flags["--eval-timeout"] == "9.0" and "--allow-pull" in argv
-    assert not any(arg.startswith("--image") for arg in child_argv(settings, "t_1", tmp_path, None))
+def test_a_task_request_carries_every_setting_and_survives_json(tmp_path: Path) -> None:
+    settings = load_settings(codex_bin="/opt/codex", eval_timeout=9, allow_pull=True, cache_max_gb=0)
+    spec = task_spec(settings, "t_1", tmp_path / "t_1", image="stub:1", attempt=2)
+    request = TaskRequest(spec=spec, host=host_settings(settings))
+    again = TaskRequest.model_validate_json(request.model_dump_json())
+    assert again == request
+    task = task_settings(again.spec, again.host)
+    assert (task.tag, task.image, task.codex_bin, task.eval_timeout, task.allow_pull, task.cache_max_gb) == (
+        "t_1", "stub:1", "/opt/codex", 9.0, True, 0.0)
+    assert task.job_root == tmp_path / "t_1"
+    assert task_spec(settings, "t_1", tmp_path).image is None  # each tag gets its own image
 
 
 def test_a_tasks_own_variables_never_reach_another_task() -> None:
-    env = child_environment({"IMAGE": "one:image", "TAG": "x", "JOB_ROOT": "/j", "PATH": "/bin", "CODEX_BIN": "c"})
+    env = task_environment({"IMAGE": "one:image", "TAG": "x", "JOB_ROOT": "/j", "PATH": "/bin", "CODEX_BIN": "c"})
     assert env == {"PATH": "/bin", "CODEX_BIN": "c"}
 
 
@@ -94,11 +100,11 @@ def test_a_corrupt_ledger_is_named(tmp_path: Path) -> None:
 def test_rows_from_compact_files_and_from_nothing(tmp_path: Path) -> None:
     job = tmp_path / "t_1"
     job.mkdir()
-    assert _row(Unit("t_1", None, job), 2, 0.5).state == "bad_input"
-    (job / "benchmark_run.compact.json").write_text(json.dumps({
-        "official_task_score": {"resolved": False}, "first_failed_phase": "patch",
-        "failure_attribution_labels": ["failed_patch_empty_patch"], "phase_durations_seconds": {"codex": 2.0},
-        "patch_bytes": 0, "patch_sha256": "missing", "metrics": {"input_tokens": 3, "output_tokens": 1},
-    }))
-    row = _row(Unit("t_1", None, job), 1, 4.0)
-    assert (row.state, row.resolved, row.failure_label, row.patch_sha256) == ("failed", False, "failed_patch_empty_patch", None)
+    refused = _row(Unit("t_1", None, job), 2, 0.5, None)
+    assert (refused.state, refused.resolved, refused.input_tokens) == ("bad_input", None, 0)
+    golden = Path(__file__).resolve().parents[1] / "golden" / "failed" / "benchmark_run.compact.json"
+    run = BenchmarkRun.model_validate_json(golden.read_bytes())
+    row = _row(Unit("t_1", None, job), 1, 4.0, run)
+    assert (row.state, row.resolved, row.failure_label, row.patch_sha256) == (
+        "failed", False, "failed_codex_codex_exit_nonzero", None)
+    assert (row.input_tokens, row.phase_durations_seconds) == (run.metrics.input_tokens, run.phase_durations_seconds)

@@ -85,15 +85,17 @@ def test_the_overrides_hash_depends_on_order_and_content() -> None:
 
 
 def test_a_batch_passes_the_codex_settings_to_every_task(tmp_path: Path) -> None:
-    from runner.batch import child_argv
     from runner.cli import _settings_from, build_parser
+    from runner.supervisor import TaskRequest
+    from runner.task import host_settings, task_settings, task_spec
 
     args = build_parser().parse_args([
         "--model", "gpt-x", "--codex-profile", "ci", "--codex-config", "a.b=1", "--codex-config", "c=2",
         "--codex-home", str(tmp_path), "--patch-exclude", "dist/", "--patch-exclude", "*.log",
     ])
-    argv = child_argv(_settings_from(args), "t_1", tmp_path / "t_1", None)
-    assert {"--model=gpt-x", "--codex-profile=ci", "--codex-config=a.b=1", "--codex-config=c=2",
-            f"--codex-home={tmp_path}", "--patch-exclude=dist/", "--patch-exclude=*.log"} <= set(argv)
-    again = _settings_from(build_parser().parse_args(argv[3:]))
+    settings = _settings_from(args)
+    request = TaskRequest(spec=task_spec(settings, "t_1", tmp_path / "t_1"), host=host_settings(settings))
+    sent = TaskRequest.model_validate_json(request.model_dump_json())
+    again = task_settings(sent.spec, sent.host)
+    assert (again.model, again.codex_profile, again.codex_home) == ("gpt-x", "ci", tmp_path)
     assert again.codex_config == ("a.b=1", "c=2") and again.patch_exclude == ("dist/", "*.log")

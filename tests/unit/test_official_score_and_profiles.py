@@ -10,7 +10,8 @@ import pytest
 
 from reducers.compact import reduce_markers
 from runner.audit import AuditLedger, AuditRow, EvalFacts, read_audit_labels
-from runner.batch import BatchSummary, child_argv
+from runner.batch import BatchSummary
+from runner.task import host_settings, task_settings, task_spec
 from runner.profiles import DEFECTS, list_tags, profile_for, profile_table
 from runner.settings import DEFAULT_APPLY_CMD, load_settings
 from runner.verdict import SUCCESS_STRINGS, official_verdict
@@ -140,11 +141,14 @@ def test_a_profile_fills_only_what_the_operator_did_not_give(monkeypatch: pytest
 
 def test_a_batch_passes_only_the_operators_settings_so_each_task_gets_its_profile(tmp_path: Path) -> None:
     settings = load_settings(eval_timeout=9, allow_unscorable=True)
-    flags = child_argv(settings, "agixt_1369", tmp_path / "agixt_1369", None)
-    assert "--eval-timeout=9.0" in flags and "--allow-unscorable" in flags
-    assert not any(f.startswith(("--eval-network", "--apply-cmd", "--test-cmd", "--source-dir")) for f in flags)
-    assert any(f.startswith("--eval-network=none") for f in child_argv(
-        load_settings(eval_network="none"), "t", tmp_path, None))
+    spec = task_spec(settings, "agixt_1369", tmp_path / "agixt_1369")
+    assert spec.eval_timeout == 9.0 and spec.allow_unscorable is True
+    assert (spec.eval_network, spec.apply_cmd, spec.test_cmd, spec.source_dir) == (None, None, None, None)
+    task = task_settings(spec, host_settings(settings))
+    profiled = load_settings(tag="agixt_1369")
+    assert "eval_network" in profiled.profile_fields  # the tag's own profile fills what the operator left
+    assert (task.eval_network, task.apply_cmd, task.eval_timeout) == (profiled.eval_network, profiled.apply_cmd, 9.0)
+    assert task_spec(load_settings(eval_network="none"), "t", tmp_path).eval_network.value == "none"
 
 
 def test_list_tags_shows_every_profile() -> None:

@@ -1,0 +1,202 @@
+"""The supervisor: every task runs in a process of its own, started and watched from here.
+
+The batch, ``--attempts`` and the fleet worker are thin users of ``run_task``. A task
+process (``python -m runner task``, ``runner.task_process``) reads its ``TaskRequest``
+as JSON on stdin and reports each phase it starts and its final outcome as JSON lines
+on a pipe of its own (never its log, never stdout, which a grandchild could share).
+
+Invariants:
+- the task process owns every process below it (the reaper's rule): one task each;
+- its stderr is the log file itself, not a pipe through the supervisor: each line lands
+  as it is written, and the supervisor dying (even by -9) cannot break it; the task
+  ends with its supervisor (``runner/lifeline.py``);
+- cancelling is SIGTERM, which the task turns into the very path Ctrl-C takes
+  (containers removed, marker ``interrupted``, public files written).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from signal import SIGTERM
+from typing import Annotated, Literal, Protocol, Union
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from reducers.compact import BenchmarkRun
+from reducers.models import Phase, ReduceResult
+from runner.lifeline import BATCH_PARENT_ENV
+from runner.lock import LOCK_NAME
+from runner.task import HostSettings, TaskSpec
+
+log = structlog.get_logger(__name__)
+
+# A task of an earlier batch that died may still be cleaning up (it got SIGTERM with its batch):
+# its job root's lock is waited for this long before the task is started anyway (and refused).
+STALE_LOCK_WAIT = 60.0
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TaskRequest(_Frozen):
+    """What a task process reads on stdin."""
+
+    spec: TaskSpec
+    host: HostSettings
+
+
+class PhaseStarted(_Frozen):
+    kind: Literal["phase"] = "phase"
+    phase: Phase
+
+
+class TaskOutcome(_Frozen):
+    """The task process's last message: its exit code and, when it got that far, its result."""
+
+    kind: Literal["outcome"] = "outcome"
+    exit_code: int  # the CLI's ExitCode
+    message: str | None = None  # public-safe: why it was refused or interrupted
+    reduced: ReduceResult | None = None
+    run: BenchmarkRun | None = None  # benchmark_run.compact.json as the task wrote it
+
+
+TaskEvent = TypeAdapter(Annotated[Union[PhaseStarted, TaskOutcome], Field(discriminator="kind")])
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    exit_code: int  # the process's own: negative when a signal killed it
+    outcome: TaskOutcome | None  # None: it died before saying how it ended
+
+
+class ChildRegistry(Protocol):
+    """Where a task process is registered while it runs, so a stop can reach it."""
+
+    def add(self, child: subprocess.Popen) -> None: ...
+    def discard(self, child: subprocess.Popen) -> None: ...
+
+
+class TaskProcesses:
+    """The running task processes, so one stop (Ctrl-C, a drain) can cancel every one of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def add(self, child: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.add(child)
+            if self.stopping.is_set():
+                child.send_signal(SIGTERM)
+
+    def discard(self, child: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.discard(child)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self.stopping.set()
+            for child in self._running:
+                if child.poll() is None:
+                    child.send_signal(SIGTERM)
+
+
+# The reference's variables that name one task: the request names the task, these must not.
+TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
+
+
+def task_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    return {key: value for key, value in environ.items() if key not in TASK_ENV}
+
+
+def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> None:
+    """Wait (bounded) while another process holds the job root's lock: after a batch died with -9,
+    its tasks are still ending (they got SIGTERM with it) when the rerun starts them again."""
+    path = job_root / LOCK_NAME
+    if not path.exists():
+        return
+    deadline = time.monotonic() + timeout
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return  # free (released when fd closes)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                    return  # the task itself will refuse, naming the holder
+            time.sleep(0.2)
+    finally:
+        os.close(fd)
+
+
+def _start(request: TaskRequest, log_path: Path, message_fd: int) -> subprocess.Popen:
+    with log_path.open("wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "runner", "task", f"--message-fd={message_fd}"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sink, pass_fds=(message_fd,),
+            # Named, the supervisor's pid lets the task end with it (runner/lifeline.py).
+            env={**task_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
+            start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only; it passes one SIGTERM on
+        )
+
+
+def _hand_over(child: subprocess.Popen, request: TaskRequest) -> None:
+    try:
+        child.stdin.write(request.model_dump_json().encode())
+        child.stdin.close()
+    except OSError:
+        pass  # it died at once: its exit code says how
+
+
+def run_task(
+    spec: TaskSpec,
+    host: HostSettings,
+    log_path: Path,
+    children: ChildRegistry,
+    on_phase: Callable[[str], None] = lambda _phase: None,
+) -> TaskEnd:
+    """Run one task in a process of its own until it ends; ``on_phase`` hears each phase it starts."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    _wait_for_stale_lock(spec.job_root)
+    read_fd, write_fd = os.pipe()
+    try:
+        child = _start(TaskRequest(spec=spec, host=host), log_path, write_fd)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)  # the task holds the only write end: its exit is the channel's end
+    children.add(child)
+    try:
+        _hand_over(child, TaskRequest(spec=spec, host=host))
+        outcome: TaskOutcome | None = None
+        with os.fdopen(read_fd, "rb") as channel:
+            for line in channel:
+                try:
+                    event = TaskEvent.validate_json(line)
+                except ValidationError:
+                    log.warning("task_message_unreadable", bytes=len(line))
+                    continue
+                if isinstance(event, PhaseStarted):
+                    on_phase(event.phase.value)
+                else:
+                    outcome = event
+        return TaskEnd(exit_code=child.wait(), outcome=outcome)
+    finally:
+        children.discard(child)
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -1,0 +1,79 @@
+"""One task in a process of its own: ``python -m runner task --message-fd N``, started by the supervisor.
+
+It reads its ``TaskRequest`` (``runner.supervisor``) as JSON on stdin, runs the pipeline
+on it and writes each phase it starts, then its outcome, as JSON lines to file
+descriptor N. Its stderr is the task's log. SIGTERM and SIGINT take the Ctrl-C path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import IO
+
+import structlog
+from pydantic import ValidationError
+
+from runner import early_signals
+from runner.errors import REFUSALS, BadInputError, ExitCode, exit_code_of
+from runner.jobroot import written_run
+from runner.lifeline import follow_batch_parent
+from runner.logs import configure_logging
+from runner.pipeline import execute
+from runner.streams import guard_standard_streams
+from runner.supervisor import PhaseStarted, TaskOutcome, TaskRequest
+from runner.task import task_settings
+
+log = structlog.get_logger(__name__)
+
+
+def _channel(argv: list[str]) -> IO[str]:
+    flag = next((arg for arg in argv if arg.startswith("--message-fd=")), "")
+    fd = int(flag.removeprefix("--message-fd=") or "-1")
+    if fd < 3:
+        raise SystemExit("runner task: started by the supervisor only (--message-fd=N, N >= 3)")
+    os.set_inheritable(fd, False)  # never to codex, git or any other process below this one
+    return os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+
+
+def run(request: TaskRequest, send: Callable[[PhaseStarted], None]) -> TaskOutcome:
+    settings = task_settings(request.spec, request.host)
+    result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))
+    return TaskOutcome(exit_code=result.exit_code, message=result.message, reduced=result.reduced,
+                       run=written_run(settings.job_root))
+
+
+def main(argv: list[str]) -> int:
+    guard_standard_streams()
+    configure_logging()
+    early_signals.interrupt_from_now_on()
+    follow_batch_parent()
+    channel = _channel(argv)
+
+    def send(message: PhaseStarted | TaskOutcome) -> None:
+        try:
+            channel.write(message.model_dump_json() + "\n")
+        except OSError:
+            pass  # the supervisor is gone; the lifeline ends this task
+
+    try:
+        if early_signals.pending() is not None:
+            early_signals.raise_interrupt(early_signals.pending() or 0, None)
+        try:
+            request = TaskRequest.model_validate_json(sys.stdin.buffer.read())
+        except ValidationError as e:
+            raise BadInputError(f"the task request is not valid ({e.error_count()} problem(s))") from e
+        outcome = run(request, send)
+    except REFUSALS as e:
+        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
+        print(f"runner: {e}", file=sys.stderr)
+        outcome = TaskOutcome(exit_code=int(exit_code_of(e)), message=str(e))
+    except KeyboardInterrupt:
+        print("runner: interrupted; run the same command again to resume", file=sys.stderr)
+        outcome = TaskOutcome(exit_code=int(ExitCode.INTERRUPTED), message="interrupted")
+    else:
+        if outcome.message:
+            print(f"runner: {outcome.message}", file=sys.stderr)
+    send(outcome)
+    return outcome.exit_code
