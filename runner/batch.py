@@ -309,9 +309,9 @@ def _run_locked(
             )
         except OSError as e:  # the task could not even start (no space for its log, say)
             log.error("task_not_started", task=unit.name, error_type=type(e).__name__)
-            end, wall = TaskEnd(exit_code=int(ExitCode.BAD_ENVIRONMENT), outcome=None), 0.0
+            end, wall = TaskEnd(returncode=int(ExitCode.BAD_ENVIRONMENT), outcome=None), 0.0
         run = end.outcome.run if end.outcome is not None else None
-        row = _row(unit, end.exit_code, wall, run, stopping=children.stopping.is_set())
+        row = _row(unit, end.returncode, wall, run, stopping=children.stopping.is_set())
         with ledger_lock:
             try:
                 ledger.upsert(row)

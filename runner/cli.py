@@ -188,9 +188,9 @@ def _precheck(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
 
 def _execute(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     outcome = execute(settings)
-    report = {"mode": "execute", "tag": settings.tag, "exit_code": outcome.exit_code,
+    report = {"mode": "execute", "tag": settings.tag, "exit_code": int(outcome.exit_code),
               **_reduced_fields(outcome.reduced), "message": outcome.message, "public_files": list(PUBLIC_FILES)}
-    return report, outcome.exit_code
+    return report, int(outcome.exit_code)
 
 
 def _reduced_fields(result: ReduceResult) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class RunOutcome:
     """A run's result (what reduce found) and what the process should exit with."""
 
     reduced: ReduceResult
-    exit_code: int  # the CLI's ExitCode: completed, refused, interrupted
+    exit_code: ExitCode  # how the CLI exits for it: completed, refused, interrupted
     message: str | None = None
 
 
@@ -333,9 +333,9 @@ def _reduce(job: JobRoot) -> ReduceResult:
 
 def _outcome(reduced: ReduceResult, failure: BaseException | None) -> RunOutcome:
     if isinstance(failure, KeyboardInterrupt):
-        code, message = int(ExitCode.INTERRUPTED), "interrupted; run the same command again to resume"
+        code, message = ExitCode.INTERRUPTED, "interrupted; run the same command again to resume"
     elif isinstance(failure, REFUSALS):
-        code, message = int(exit_code_of(failure)), str(failure)
+        code, message = exit_code_of(failure), str(failure)
     else:
-        code, message = int(ExitCode.COMPLETED), None
+        code, message = ExitCode.COMPLETED, None
     return RunOutcome(reduced=reduced, exit_code=code, message=message)

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from reducers.compact import BenchmarkRun
 from reducers.models import Phase, ReduceResult
+from runner.errors import ExitCode
 from runner.lifeline import BATCH_PARENT_ENV
 from runner.lock import LOCK_NAME
 from runner.task import HostSettings, TaskSpec
@@ -65,7 +66,7 @@ class TaskOutcome(_Frozen):
     """The task process's last message: its exit code and, when it got that far, its result."""
 
     kind: Literal["outcome"] = "outcome"
-    exit_code: int  # the CLI's ExitCode
+    exit_code: ExitCode  # as the CLI would exit for this task
     message: str | None = None  # public-safe: why it was refused or interrupted
     reduced: ReduceResult | None = None
     run: BenchmarkRun | None = None  # benchmark_run.compact.json as the task wrote it
@@ -76,7 +77,7 @@ TaskEvent = TypeAdapter(Annotated[Union[PhaseStarted, TaskOutcome], Field(discri
 
 @dataclass(frozen=True)
 class TaskEnd:
-    exit_code: int  # the process's own: negative when a signal killed it
+    returncode: int  # the process's own, as subprocess says it: negative when a signal killed it
     outcome: TaskOutcome | None  # None: it died before saying how it ended
 
 
@@ -194,7 +195,7 @@ def run_task(
                     on_phase(event.phase.value)
                 else:
                     outcome = event
-        return TaskEnd(exit_code=child.wait(), outcome=outcome)
+        return TaskEnd(returncode=child.wait(), outcome=outcome)
     finally:
         children.discard(child)
         if child.poll() is None:

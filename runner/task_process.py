@@ -76,4 +76,4 @@ def main(argv: list[str]) -> int:
         if outcome.message:
             print(f"runner: {outcome.message}", file=sys.stderr)
     send(outcome)
-    return outcome.exit_code
+    return int(outcome.exit_code)

@@ -371,7 +371,7 @@ class FleetWorker:
             return self._infra(ledger, task, queue, retries, "task_not_started",
                                f"the task process could not start ({type(e).__name__})", None, None, 0.0)
         wall = round(time.monotonic() - started, 3)
-        exit_code, run = end.exit_code, (end.outcome.run if end.outcome is not None else None)
+        exit_code, run = end.returncode, (end.outcome.run if end.outcome is not None else None)
         reason = running.stop_reason
         log.info("task_exited", exit_code=exit_code, stop_reason=reason.value if reason else None, wall_seconds=wall)
         facts = _facts(run, exit_code, wall)
