@@ -1,4 +1,5 @@
-"""The runner's own record of where a job root is, kept where no agent can write it.
+"""The runner's own record of where a job root is, kept where no agent can write it, and
+the marker files (``result-markers/<phase>.json``) it keeps as copies.
 
 Invariants:
 - the journal lives in the runner's state directory (``--state-dir``, outside every
@@ -23,19 +24,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import structlog
 from pydantic import ValidationError
 
-from reducers.models import Marker, Phase, marker_type
-from runner.atomic import render_json, write_bytes_atomic
+from reducers.markers import marker_filename, read_marker
+from reducers.models import Marker, MarkerStatus, Phase, PhaseResult, marker_type
+from runner.atomic import render_json, write_bytes_atomic, write_json_atomic
 from runner.errors import BadInputError
 from runner.jobroot import JOB_ID_FILE, JobRoot
-from runner.markers import marker_path
 from runner.trees import remove_tree
 
 log = structlog.get_logger(__name__)
@@ -224,3 +227,49 @@ def evaluated(state_dir: Path, job: JobRoot) -> bool:
     journal = Journal.find(state_dir, job)
     marker = journal.marker(Phase.EVALUATE) if journal is not None else None
     return marker is not None and marker.ok
+
+
+# --- marker files: a marker is written atomically and only by the runner process ----------
+
+
+def marker_path(markers_dir: Path, phase: Phase) -> Path:
+    return markers_dir / marker_filename(phase)
+
+
+def load_marker(markers_dir: Path, phase: Phase) -> Marker | None:
+    path = marker_path(markers_dir, phase)
+    if not path.exists():
+        return None
+    return read_marker(path, expected_phase=phase)
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+class PhaseClock:
+    """Times one phase and turns its outcome into a marker."""
+
+    def __init__(self, phase: Phase) -> None:
+        self.phase = phase
+        self.started = time.time()
+        self._mono = time.monotonic()
+
+    def marker(self, result: PhaseResult, *, ok: bool = True) -> Marker:
+        """``result`` (the phase's own, or what its failure records) in a marker timed now."""
+        return marker_type(self.phase)(
+            phase=self.phase,
+            status=MarkerStatus.OK if ok else MarkerStatus.FAILED,
+            started_at=_utc(self.started),
+            ended_at=_utc(time.time()),
+            duration_seconds=round(time.monotonic() - self._mono, 3),
+            exit_code=result.exit_code,
+            reason=result.reason,
+            details=result,
+        )
+
+
+def write_marker(markers_dir: Path, marker: Marker) -> Path:
+    path = marker_path(markers_dir, marker.phase)
+    write_json_atomic(path, marker.model_dump(mode="json"))
+    return path

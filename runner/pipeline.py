@@ -45,11 +45,10 @@ from runner.atomic import open_private
 from runner.containment import end_agent
 from runner.context import sha256_file
 from runner.gitops import release_stale_git_locks
-from runner.journal import Journal, default_state_dir
+from runner.journal import Journal, PhaseClock, default_state_dir, load_marker, write_marker
 from runner.reaper import kill_descendants
 from runner.docker_utils import daemon_gone, sweep_strays
 from runner.lock import job_root_lock
-from runner.markers import PhaseClock, load_marker, write_marker
 from runner.phases.baseline import baseline
 from runner.phases.codex import codex
 from runner.phases.evaluate import evaluate

@@ -19,7 +19,7 @@ from reducers.models import Marker, MarkerStatus, Phase, marker_type
 from runner.batch import Unit, _row
 from runner.jobroot import JobRoot, written_run
 from runner.ledger import RunLedger
-from runner.markers import write_marker
+from runner.journal import write_marker
 from runner.phases.reduce import reduce_job
 from runner.public import private_texts_for
 

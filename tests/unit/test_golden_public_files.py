@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.jobroot import BENCHMARK_RESULT, BENCHMARK_RUN, REAL_RESULT, JobRoot
-from runner.markers import load_marker, write_marker
+from runner.journal import load_marker, write_marker
 from runner.phases.reduce import reduce_job
 from reducers.models import Phase
 

@@ -22,7 +22,7 @@ from reducers.models import (
     marker_type,
 )
 from runner.errors import PhaseError
-from runner.markers import PhaseClock, load_marker, write_marker
+from runner.journal import PhaseClock, load_marker, write_marker
 from runner.phases.precheck import CHECK_NAMES
 from runner.pipeline import STEPS, phase_failure
 from runner.phases import baseline, codex, evaluate, extract, patch, precheck, prepare, reduce

@@ -12,7 +12,7 @@ from reducers.guard import check_public
 from reducers.markers import read_markers
 from reducers.models import Marker, MarkerStatus, Phase, marker_type
 from runner.errors import CompactInputError
-from runner.markers import write_marker
+from runner.journal import write_marker
 from runner.phases.reduce import reduce_job
 from runner.jobroot import JobRoot
 
