@@ -18,6 +18,13 @@ def check_attempts(attempts: int) -> int:
     return attempts
 
 
+def check_tag(tag: str, where: str) -> str:
+    """A tag as the settings take it (and so its default image reference), named where it came from."""
+    if not SAFE_TAG.fullmatch(tag) or ".." in tag:
+        raise BadInputError(f"{where}: {tag[:40]!r} is not a safe tag")
+    return tag
+
+
 def read_tags_file(path: Path) -> list[str]:
     """One tag a line; ``#`` starts a comment; blank lines are skipped.
 
@@ -33,9 +40,7 @@ def read_tags_file(path: Path) -> list[str]:
         tag = line.split("#", 1)[0].strip()
         if not tag:
             continue
-        if not SAFE_TAG.fullmatch(tag) or ".." in tag:
-            raise BadInputError(f"--tags-file line {number}: {tag[:40]!r} is not a safe tag")
-        tags.append(tag)
+        tags.append(check_tag(tag, f"--tags-file line {number}"))
     return tags
 
 
