@@ -17,7 +17,7 @@ import structlog
 from reducers.markers import read_markers
 from runner import early_signals
 from runner.batch import BatchSummary, run_attempts, run_batch
-from runner.tags import check_attempts, read_tags_file, unique_tags
+from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
@@ -25,7 +25,7 @@ from runner.jobroot import PUBLIC_FILES, JobRoot
 from runner.journal import Journal, default_state_dir
 from runner.lifeline import follow_batch_parent
 from runner.logs import configure_logging
-from runner.pipeline import STEPS, execute
+from runner.pipeline import STEPS
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import ReduceResult, reduce_job
 from runner.plan import build_plan
@@ -33,6 +33,9 @@ from runner.profiles import list_tags
 from runner.progress import progress_for
 from runner.settings import DEFAULT_TAG, IMAGE_REPOSITORY, OutputFormat, RunnerSettings, load_settings
 from runner.streams import guard_standard_streams
+from runner.supervisor import TaskRequest
+from runner.task import host_settings, own_task
+from runner.task_process import run as run_task_here
 
 log = structlog.get_logger(__name__)
 
@@ -187,7 +190,7 @@ def _precheck(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
 
 
 def _execute(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
-    outcome = execute(settings)
+    outcome = run_task_here(TaskRequest(spec=own_task(settings), host=host_settings(settings)))
     report = {"mode": "execute", "tag": settings.tag, "exit_code": int(outcome.exit_code),
               **_reduced_fields(outcome.reduced), "message": outcome.message, "public_files": list(PUBLIC_FILES)}
     return report, int(outcome.exit_code)
@@ -207,11 +210,9 @@ def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str
         raise BadInputError("give --jobs-dir for a batch or --job-root for one task, not both")
     if args.workers is not None and args.workers < 1:
         raise BadInputError("--workers must be between 1 and 64")
-    tags = list(args.tag or [])
+    tags = [check_tag(tag, "--tag") for tag in args.tag or []]
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
-    for tag in tags:  # each tag through the same validation as a single run (IMAGE not read)
-        load_settings(tag=tag, image=args.image or f"{IMAGE_REPOSITORY}:{DEFAULT_TAG}")
     tags = unique_tags(tags)
     try:
         if early_signals.pending() is not None:

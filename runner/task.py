@@ -13,10 +13,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from runner.errors import BadInputError
 from runner.settings import EvalNetwork, RunnerSettings, load_settings
 
 # Settings a tag profile may fill in: a task carries one only when the operator gave it.
 PROFILE_SETTINGS = ("eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd")
+# Settings of one CLI call, never of a task: how it prints, which mode, the canary's base image.
+CALL_SETTINGS = ("output_format", "precheck_only", "canary_base_image", "profile_fields")
 
 
 class _Frozen(BaseModel):
@@ -69,6 +72,18 @@ def task_spec(
         model=settings.model, codex_profile=settings.codex_profile, codex_config=settings.codex_config,
         patch_exclude=settings.patch_exclude, allow_unscorable=settings.allow_unscorable, **given,
     )
+
+
+def own_task(settings: RunnerSettings) -> TaskSpec:
+    """The one task ``--execute --job-root`` names: its tag, its job root, the image if one was given.
+
+    Raises:
+        BadInputError: no job root.
+    """
+    if settings.job_root is None:
+        raise BadInputError("--execute needs --job-root DIR (or JOB_ROOT)")
+    image = settings.image if settings.operator_gave("image") else None
+    return task_spec(settings, settings.tag, settings.job_root, image=image)
 
 
 def host_settings(settings: RunnerSettings) -> HostSettings:

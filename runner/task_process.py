@@ -37,7 +37,13 @@ def _channel(argv: list[str]) -> IO[str]:
     return os.fdopen(fd, "w", encoding="utf-8", buffering=1)
 
 
-def run(request: TaskRequest, send: Callable[[PhaseStarted], None]) -> TaskOutcome:
+def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _message: None) -> TaskOutcome:
+    """The task, in this process: a supervisor's child, or the CLI's own process for one
+    ``--execute`` (which is then the task process: it owns every process below it).
+
+    Raises:
+        BadInputError, EnvironmentNotReadyError, JobRootUnwritableError: as ``pipeline.execute``.
+    """
     settings = task_settings(request.spec, request.host)
     result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))
     return TaskOutcome(exit_code=result.exit_code, message=result.message, reduced=result.reduced,
