@@ -239,6 +239,24 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def log_events(stderr: str | list[str], event: str) -> list[dict]:
+    """The structured log events named ``event`` a runner process wrote to its stderr, parsed.
+
+    For a real process; in-process code is asserted on with ``structlog.testing.capture_logs``.
+    A substring check would also pass on the name inside another event's text.
+    """
+    lines = stderr.splitlines() if isinstance(stderr, str) else stderr
+    found = []
+    for line in lines:
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict) and parsed.get("event") == event:
+            found.append(parsed)
+    return found
+
+
 HOSTILE_CONTEXT = REPO / "containers" / "hostile"
 HOSTILE_TAG = f"agentissue-runner-hostile:pytest-{SESSION}"
 

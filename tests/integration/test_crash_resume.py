@@ -21,6 +21,7 @@ from tests.conftest import (
     RunningCli,
     agent_gone,
     git_processes_of,
+    log_events,
     make_job_root,
     read_json,
     run_cli,
@@ -114,7 +115,7 @@ def test_kill_9_between_placing_the_tree_and_its_marker_resumes(tmp_path: Path, 
     assert (job / "buggy-source" / "calc").is_dir() and not (job / "result-markers" / "extract.json").exists()
     done = run_cli("--execute", *stub_args(job, stub_image))
     assert done.returncode == 0, done.stderr
-    assert '"unrecorded_extraction_removed"' in done.stderr
+    assert [e["level"] for e in log_events(done.stderr, "unrecorded_extraction_removed")] == ["warning"]
     assert _resolved(job)
     assert snapshot_outside(tmp_path, job) == before
 
@@ -132,7 +133,7 @@ def test_a_copied_job_root_gets_its_own_id_and_never_sweeps_the_originals_contai
     code, _, stderr = running.finish()
     assert code == 0, stderr
     assert _resolved(original), "the copy's sweep took the original's evaluation container"
-    assert '"job_root_copy_detected"' in done.stderr
+    assert len(log_events(done.stderr, "job_root_copy_detected")) == 1
     assert (copy / ".runner-job-id").read_text() != (original / ".runner-job-id").read_text()
     assert runner_containers(docker_client) == []
 

@@ -16,7 +16,7 @@ import pytest
 from runner.docker_utils import LABEL_PHASE, LABEL_SESSION
 from runner.jobroot import JobRoot
 from runner.trees import walk
-from tests.conftest import TEST_SESSION, make_job_root, read_json, run_cli, stub_args
+from tests.conftest import TEST_SESSION, log_events, make_job_root, read_json, run_cli, stub_args
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
 
@@ -160,7 +160,8 @@ def test_a_corrupted_entry_is_discarded_and_extracted_again(tmp_path: Path, stub
     second = make_job_root(tmp_path / "b")
     done = run_cli("--execute", *stub_args(second, stub_image), env=_cache_env(cache))
     assert done.returncode == 0, done.stderr
-    assert "cache_entry_discarded" in done.stderr
+    (discarded,) = log_events(done.stderr, "cache_entry_discarded")
+    assert discarded["level"] == "warning" and discarded["reason"]
     assert read_json(second / "result-markers" / "extract.json")["details"]["from_cache"] is False
     assert _extract_creates(docker_client, started) == 1
     assert read_json(second / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True

@@ -21,7 +21,7 @@ import redis
 from runner.fleet.broker import Keys, make_broker, task_message
 from runner.fleet.ledger import SuiteLedger
 from runner.fleet.messages import TaskMessage, TaskOptions
-from tests.conftest import FAKE_CODEX, RunningCli, read_json, run_cli, runner_containers
+from tests.conftest import FAKE_CODEX, RunningCli, log_events, read_json, run_cli, runner_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.usefixtures("no_leaked_containers")]
 
@@ -109,11 +109,7 @@ def fleet(redis_namespace: tuple[str, str], tmp_path: Path, stub_image: str) -> 
 
 
 def _events(worker: RunningCli, event: str) -> list[dict[str, Any]]:
-    found = []
-    for line in worker.lines:
-        if f'"event": "{event}"' in line:
-            found.append(json.loads(line))
-    return found
+    return log_events(list(worker.lines), event)
 
 
 def test_two_hosts_route_by_queue_run_attempts_and_a_resubmission_adds_nothing(fleet: Fleet) -> None:

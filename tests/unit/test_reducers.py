@@ -11,7 +11,7 @@ from reducers.compact import reduce_markers, reduce_real_result
 from reducers.guard import check_public
 from reducers.markers import read_markers
 from reducers.models import Marker, MarkerStatus, Phase, marker_type
-from runner.errors import CompactInputError
+from runner.errors import CompactInputError, PublicSafetyError
 from runner.journal import write_marker
 from runner.phases.reduce import reduce_job
 from runner.jobroot import JobRoot
@@ -160,6 +160,6 @@ def test_reduce_job_writes_the_three_files_and_nothing_on_guard_failure(tmp_path
     for path in job.root.glob("*.json"):
         path.unlink()
     write_marker(job.markers, _marker(Phase.PREPARE, tag="lagent_239", image=f"{job.root}/evil"))
-    with pytest.raises(Exception, match="refused by the public guard"):
+    with pytest.raises(PublicSafetyError, match="refused by the public guard"):
         reduce_job(job)
     assert list(job.root.glob("*.json")) == []
