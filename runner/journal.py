@@ -43,7 +43,6 @@ from runner.trees import remove_tree
 
 log = structlog.get_logger(__name__)
 
-STATE_ENV = "RUNNER_STATE_DIR"
 _JOB_ID = re.compile(r"[0-9a-f]{16}")
 
 

@@ -60,8 +60,43 @@ class EvalNetwork(str, Enum):
     HOST = "host"
 
 
-def _env(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
+# Each setting's environment variable, in this one table: the settings read them; the
+# supervisor and the tests derive from it which ones a task or a test's child must not inherit.
+ENV_OF_FIELD: dict[str, str] = {
+    "tag": "TAG",
+    "image": "IMAGE",
+    "codex_bin": "CODEX_BIN",
+    "allow_pull": "ALLOW_DOCKER_PULL",
+    "precheck_only": "PRECHECK_ONLY",
+    "codex_timeout": "RUNNER_CODEX_TIMEOUT",
+    "eval_timeout": "RUNNER_EVAL_TIMEOUT",
+    "eval_network": "RUNNER_EVAL_NETWORK",
+    "source_dir": "CONTAINER_BUGGY_SOURCE",
+    "apply_cmd": "PATCH_APPLY_SH",
+    "test_cmd": "PATCH_TEST_SH",
+    "output_format": "RUNNER_FORMAT",
+    "job_root": "JOB_ROOT",
+    "state_dir": "RUNNER_STATE_DIR",
+    "cache_dir": "RUNNER_CACHE_DIR",
+    "cache_max_gb": "RUNNER_CACHE_MAX_GB",
+    "agent_user": "RUNNER_AGENT_USER",
+    "model": "RUNNER_MODEL",
+    "codex_profile": "RUNNER_CODEX_PROFILE",
+    "codex_home": "CODEX_HOME",
+    "canary_base_image": "RUNNER_CANARY_BASE_IMAGE",
+    "allow_unscorable": "RUNNER_ALLOW_UNSCORABLE",
+}
+# The reference script's own variables (they keep their names here).
+REFERENCE_ENV = frozenset(ENV_OF_FIELD[field] for field in (
+    "tag", "image", "codex_bin", "allow_pull", "precheck_only", "source_dir", "apply_cmd", "test_cmd", "job_root",
+))
+# Those that name one task or one call: a supervisor's task gets its own in its request instead.
+TASK_ENV = frozenset(ENV_OF_FIELD[field] for field in ("tag", "image", "job_root", "precheck_only"))
+
+
+def _env(field: str) -> AliasChoices:
+    """The flag's name (as an init keyword) and, when it has one, the setting's variable."""
+    return AliasChoices(field, ENV_OF_FIELD[field]) if field in ENV_OF_FIELD else AliasChoices(field)
 
 
 class RunnerSettings(BaseSettings):
@@ -71,51 +106,51 @@ class RunnerSettings(BaseSettings):
         case_sensitive=True, populate_by_name=True, extra="forbid", frozen=True
     )
 
-    tag: str = Field(DEFAULT_TAG, validation_alias=_env("tag", "TAG"))
-    image: str | None = Field(None, validation_alias=_env("image", "IMAGE"))
-    codex_bin: str = Field("codex", validation_alias=_env("codex_bin", "CODEX_BIN"))
-    allow_pull: bool = Field(False, validation_alias=_env("allow_pull", "ALLOW_DOCKER_PULL"))
-    precheck_only: bool = Field(False, validation_alias=_env("precheck_only", "PRECHECK_ONLY"))
+    tag: str = Field(DEFAULT_TAG, validation_alias=_env("tag"))
+    image: str | None = Field(None, validation_alias=_env("image"))
+    codex_bin: str = Field("codex", validation_alias=_env("codex_bin"))
+    allow_pull: bool = Field(False, validation_alias=_env("allow_pull"))
+    precheck_only: bool = Field(False, validation_alias=_env("precheck_only"))
     codex_timeout: float = Field(
         3600.0, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False,
-        validation_alias=_env("codex_timeout", "RUNNER_CODEX_TIMEOUT"),
+        validation_alias=_env("codex_timeout"),
     )
     eval_timeout: float = Field(
         300.0, ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False,
-        validation_alias=_env("eval_timeout", "RUNNER_EVAL_TIMEOUT"),
+        validation_alias=_env("eval_timeout"),
     )
     eval_network: EvalNetwork = Field(
-        EvalNetwork.BRIDGE, validation_alias=_env("eval_network", "RUNNER_EVAL_NETWORK")
+        EvalNetwork.BRIDGE, validation_alias=_env("eval_network")
     )
     source_dir: str = Field(
-        DEFAULT_SOURCE_DIR, validation_alias=_env("source_dir", "CONTAINER_BUGGY_SOURCE")
+        DEFAULT_SOURCE_DIR, validation_alias=_env("source_dir")
     )
-    apply_cmd: str = Field(DEFAULT_APPLY_CMD, validation_alias=_env("apply_cmd", "PATCH_APPLY_SH"))
-    test_cmd: str = Field(DEFAULT_TEST_CMD, validation_alias=_env("test_cmd", "PATCH_TEST_SH"))
+    apply_cmd: str = Field(DEFAULT_APPLY_CMD, validation_alias=_env("apply_cmd"))
+    test_cmd: str = Field(DEFAULT_TEST_CMD, validation_alias=_env("test_cmd"))
     output_format: OutputFormat = Field(
-        OutputFormat.JSON, validation_alias=_env("output_format", "RUNNER_FORMAT")
+        OutputFormat.JSON, validation_alias=_env("output_format")
     )
-    job_root: Path | None = Field(None, validation_alias=_env("job_root", "JOB_ROOT"))
+    job_root: Path | None = Field(None, validation_alias=_env("job_root"))
     # Where the runner keeps its own record of each job root, outside every job root.
-    state_dir: Path | None = Field(None, validation_alias=_env("state_dir", "RUNNER_STATE_DIR"))
+    state_dir: Path | None = Field(None, validation_alias=_env("state_dir"))
     # The extraction cache (host-wide, outside every job root): where, and how large at most (0: off).
-    cache_dir: Path | None = Field(None, validation_alias=_env("cache_dir", "RUNNER_CACHE_DIR"))
+    cache_dir: Path | None = Field(None, validation_alias=_env("cache_dir"))
     cache_max_gb: float = Field(
-        20.0, ge=0, le=1_000_000, allow_inf_nan=False, validation_alias=_env("cache_max_gb", "RUNNER_CACHE_MAX_GB")
+        20.0, ge=0, le=1_000_000, allow_inf_nan=False, validation_alias=_env("cache_max_gb")
     )
     # An unprivileged user the agent runs as (the runner must be root): it can write only buggy-source/.
-    agent_user: str | None = Field(None, validation_alias=_env("agent_user", "RUNNER_AGENT_USER"))
-    model: str | None = Field(None, validation_alias=_env("model", "RUNNER_MODEL"))
-    codex_profile: str | None = Field(None, validation_alias=_env("codex_profile", "RUNNER_CODEX_PROFILE"))
+    agent_user: str | None = Field(None, validation_alias=_env("agent_user"))
+    model: str | None = Field(None, validation_alias=_env("model"))
+    codex_profile: str | None = Field(None, validation_alias=_env("codex_profile"))
     codex_config: tuple[str, ...] = Field((), validation_alias=_env("codex_config"))
-    codex_home: Path | None = Field(None, validation_alias=_env("codex_home", "CODEX_HOME"))
+    codex_home: Path | None = Field(None, validation_alias=_env("codex_home"))
     patch_exclude: tuple[str, ...] = Field((), validation_alias=_env("patch_exclude"))
     canary_base_image: str = Field(
-        DEFAULT_CANARY_BASE_IMAGE, validation_alias=_env("canary_base_image", "RUNNER_CANARY_BASE_IMAGE")
+        DEFAULT_CANARY_BASE_IMAGE, validation_alias=_env("canary_base_image")
     )
     # Evaluate a tag that precheck would refuse as unscorable; recorded in the compact run.
     allow_unscorable: bool = Field(
-        False, validation_alias=_env("allow_unscorable", "RUNNER_ALLOW_UNSCORABLE")
+        False, validation_alias=_env("allow_unscorable")
     )
     # The settings the tag's profile supplied (the operator gave none): set by load_settings only.
     profile_fields: tuple[str, ...] = Field((), validation_alias=_env("profile_fields"))

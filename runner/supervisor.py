@@ -37,6 +37,7 @@ from reducers.models import Phase, ReduceResult
 from runner.errors import ExitCode
 from runner.lifeline import BATCH_PARENT_ENV
 from runner.lock import LOCK_NAME
+from runner.settings import TASK_ENV
 from runner.task import HostSettings, TaskSpec
 
 log = structlog.get_logger(__name__)
@@ -112,10 +113,6 @@ class TaskProcesses:
             for child in self._running:
                 if child.poll() is None:
                     child.send_signal(SIGTERM)
-
-
-# The reference's variables that name one task: the request names the task, these must not.
-TASK_ENV = frozenset({"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"})
 
 
 def task_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:

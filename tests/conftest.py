@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.settings import REFERENCE_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 FAKE_CODEX = REPO / "tests" / "fake_codex" / "codex"
 STUB_CONTEXT = REPO / "containers" / "stub"
@@ -225,10 +227,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
 
 
 # The reference's variables, kept out of the tests' children unless a test sets them.
-RUNNER_ENV_NAMES = {
-    "TAG", "IMAGE", "CODEX_BIN", "ALLOW_DOCKER_PULL", "PRECHECK_ONLY", "PATCH_APPLY_SH",
-    "PATCH_TEST_SH", "CONTAINER_BUGGY_SOURCE", "JOB_ROOT",
-}
+RUNNER_ENV_NAMES = REFERENCE_ENV
 
 
 def stub_args(job: Path, image: str, *extra: str, codex: Path = FAKE_CODEX) -> list[str]:

@@ -40,7 +40,7 @@ from runner.docker_utils import connect
 from runner.errors import EnvironmentNotReadyError, ExitCode
 from runner.jobroot import AGENT_HOME, BENCHMARK_RUN, BENCHMARK_RESULT, LOGS, MARKERS
 from runner.phases.precheck import Check, codex_version
-from runner.settings import RunnerSettings
+from runner.settings import ENV_OF_FIELD, TASK_ENV, RunnerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +97,7 @@ def _run(settings: RunnerSettings, image: str, scratch: Path) -> tuple[list[Chec
     with ScriptedModel(canary_script(job, tmp_probe), final_text="fixed") as model:
         codex_home = write_codex_home(scratch / "codex-home", model.base_url)
         env = {
-            **{k: v for k, v in os.environ.items() if k not in ("JOB_ROOT", "TAG", "IMAGE", "CODEX_HOME")},
+            **{k: v for k, v in os.environ.items() if k not in TASK_ENV | {ENV_OF_FIELD["codex_home"]}},
             KEY_VARIABLE: key_value,
             "RUNNER_CANARY_SECRET_TOKEN": planted,
         }

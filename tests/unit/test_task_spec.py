@@ -55,3 +55,17 @@ def test_a_batch_names_a_bad_repeated_tag_as_typed(tmp_path: Path, capsys: pytes
     code = main(["--execute", "--jobs-dir", str(tmp_path), "--tag", "ok_1", "--tag", "no;pe"])
     assert code == 2 and "--tag: 'no;pe' is not a safe tag" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # refused before any task or ledger
+
+
+def test_one_table_names_every_settings_variable() -> None:
+    """The settings read exactly the variables ENV_OF_FIELD names; the lists a task, the canary and
+    the tests' children are kept from derive from it, so none can drift."""
+    from runner.settings import ENV_OF_FIELD, REFERENCE_ENV, TASK_ENV
+    from runner.supervisor import task_environment
+
+    read = {field: [name for name in info.validation_alias.choices if name.isupper()]
+            for field, info in RunnerSettings.model_fields.items()}
+    assert {field: names[0] for field, names in read.items() if names} == ENV_OF_FIELD
+    assert TASK_ENV <= REFERENCE_ENV <= set(ENV_OF_FIELD.values())
+    environ = {name: "x" for name in ENV_OF_FIELD.values()} | {"PATH": "/bin"}
+    assert set(task_environment(environ)) == set(environ) - {"TAG", "IMAGE", "JOB_ROOT", "PRECHECK_ONLY"}
