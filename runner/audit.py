@@ -48,7 +48,7 @@ from runner.docker_utils import (
     managed_container,
     pumping_output,
     runner_labels,
-    wait_main_process,
+    run_main_process,
 )
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, REFUSALS, exit_code_of
 from runner.lock import job_root_lock
@@ -174,8 +174,7 @@ def gold_patch(client: docker.DockerClient, *, image_id: str, source_dir: str, l
         command=[], network_disabled=True, log_config=NO_LOG_DRIVER,
     ) as container:
         with pumping_output(container, feed, demux=True):
-            container.start()
-            ended = wait_main_process(container, deadline=time.monotonic() + GOLD_TIMEOUT)
+            ended = run_main_process(container, timeout=GOLD_TIMEOUT)
     if ended.timed_out:
         return "the gold patch could not be computed in time"
     if ended.exit_code == 10:

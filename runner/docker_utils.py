@@ -141,6 +141,29 @@ def ensure_image(client: docker.DockerClient, image: str, *, allow_pull: bool) -
         ) from e
 
 
+def image_present(client: docker.DockerClient, image: str) -> bool:
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def build_image(client: docker.DockerClient, context: str, *, tag: str, buildargs: dict[str, str],
+                labels: dict[str, str]) -> None:
+    """Build from a local context with a local base only (never pulls), removing intermediate containers.
+
+    Raises:
+        docker.errors.BuildError: the build failed (its log names why); DockerException: the daemon did.
+    """
+    client.images.build(path=context, tag=tag, buildargs=buildargs, rm=True, forcerm=True, pull=False, labels=labels)
+
+
+def data_root(client: docker.DockerClient) -> str:
+    """Where the daemon keeps images and containers (its DockerRootDir), as it reports it."""
+    return str(client.info().get("DockerRootDir") or "")
+
+
 def image_identity(image: Image) -> tuple[str, str | None]:
     """(image id, first repo digest or None): what the run actually used."""
     digests = image.attrs.get("RepoDigests") or []
@@ -286,6 +309,34 @@ def archive_stream_with_stat(container: Container, path: str) -> tuple[IO[bytes]
 class ProcessOutcome:
     exit_code: int | None
     timed_out: bool
+    started: float = 0.0  # time.monotonic() just before the start: its output may come before start() returns
+    finished: float = 0.0  # time.monotonic() when the wait ended
+
+
+def copy_in(container: Container, directory: str, archive: bytes) -> None:
+    """Put a tar archive into a created container (before its start): nothing of the host is mounted."""
+    container.put_archive(directory, archive)
+
+
+def start_and_wait(container: Container, *, timeout: float) -> int:
+    """Start the container and return its exit code, waiting at most ``timeout`` seconds.
+
+    Raises:
+        requests' ReadTimeout: it ran longer (``managed_container`` removes it).
+    """
+    container.start()
+    return int(container.wait(timeout=timeout).get("StatusCode", 255))
+
+
+def run_main_process(
+    container: Container, *, timeout: float, on_start: Callable[[], None] = lambda: None
+) -> ProcessOutcome:
+    """Start the container and wait for its own process, killed when ``timeout`` seconds have passed."""
+    started = time.monotonic()
+    container.start()
+    on_start()
+    ended = wait_main_process(container, deadline=started + timeout)
+    return ProcessOutcome(ended.exit_code, ended.timed_out, started=started, finished=time.monotonic())
 
 
 def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcome:

@@ -13,8 +13,9 @@ from importlib import resources
 from pathlib import Path
 
 import docker
-from docker.errors import BuildError, DockerException, ImageNotFound
+from docker.errors import BuildError, DockerException
 
+from runner.docker_utils import build_image, image_present
 from runner.errors import EnvironmentNotReadyError
 
 REPOSITORY = "agentissue-runner-stub"
@@ -48,24 +49,17 @@ def ensure_stub_image(client: docker.DockerClient, base_image: str) -> tuple[str
     context = stub_context()
     base_digest = hashlib.sha256(base_image.encode()).hexdigest()[:6]
     tag = f"{REPOSITORY}:canary-{context_digest(context)[:12]}-{base_digest}"
-    try:
-        client.images.get(tag)
+    if image_present(client, tag):
         return tag, False
-    except ImageNotFound:
-        pass
-    try:
-        client.images.get(base_image)
-    except ImageNotFound as e:
+    if not image_present(client, base_image):
         raise EnvironmentNotReadyError(
             f"the canary's base image {base_image} is not present; pull it, or pass --canary-base-image "
             "with a local Debian-like image that has bash, git, python3 and GNU patch",
             reason="canary_base_image_missing",
-        ) from e
-    try:
-        client.images.build(
-            path=str(context), tag=tag, buildargs={"BASE_IMAGE": base_image}, rm=True, forcerm=True, pull=False,
-            labels={"io.agentissue-runner.canary": "true"},
         )
+    try:
+        build_image(client, str(context), tag=tag, buildargs={"BASE_IMAGE": base_image},
+                    labels={"io.agentissue-runner.canary": "true"})
     except BuildError as e:
         reason = next((str(line.get("error", "")) for line in e.build_log if "error" in line), "")[:200]
         raise EnvironmentNotReadyError(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from runner.docker_utils import connect
+from runner.docker_utils import connect, data_root
 from runner.errors import CodexNotFoundError, DockerUnavailableError
 from runner.phases.precheck import Check, codex_version
 
@@ -63,7 +63,7 @@ def check_host(jobs_dir: Path, codex_bin: str, min_free_gb: float) -> HostReport
     else:
         try:
             checks.append(Check(name="docker_daemon", ok=True, detail="the daemon answers"))
-            root = Path(str(client.info().get("DockerRootDir") or ""))
+            root = Path(data_root(client))
             if root.is_absolute() and root.is_dir():
                 checks.append(_free_disk("docker_disk", root, min_free_gb))
             else:

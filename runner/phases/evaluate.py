@@ -46,7 +46,7 @@ from requests.exceptions import RequestException
 from reducers.models import EvaluateResult, Phase
 from runner.atomic import open_private
 from runner.context import JobContext, sha256_file
-from runner.docker_utils import LABEL_PHASE, managed_container, pumping_output, wait_main_process
+from runner.docker_utils import LABEL_PHASE, copy_in, managed_container, pumping_output, run_main_process
 from runner.errors import PhaseError
 from runner.settings import PATCH_IN_CONTAINER
 from runner.verdict import official_verdict, string_verdict
@@ -108,8 +108,7 @@ def probe_network(client: docker.DockerClient, *, image_id: str, network: str, l
             network_mode=network,
             log_config=NO_LOG_DRIVER,
         ) as container:
-            container.start()
-            ended = wait_main_process(container, deadline=time.monotonic() + NETWORK_PROBE_SECONDS + 20)
+            ended = run_main_process(container, timeout=NETWORK_PROBE_SECONDS + 20)
     except (DockerException, RequestException) as e:
         log.warning("network_probe_failed", error_type=type(e).__name__)
         return NetworkProbe(reachable=None, detail="probe_failed")
@@ -255,13 +254,12 @@ def run_apply_and_test(
         network_mode=network,
         log_config=NO_LOG_DRIVER,
     ) as container:
-        container.put_archive("/", _patch_archive(patch))
+        copy_in(container, "/", _patch_archive(patch))
         with pumping_output(container, feed, demux=True):
-            started = time.monotonic()  # before start: its output can be read before start() returns
-            container.start()
-            log.info("evaluate_container_started", timeout_seconds=timeout)
-            ended = wait_main_process(container, deadline=started + timeout)
-            finished = time.monotonic()
+            ended = run_main_process(
+                container, timeout=timeout, on_start=lambda: log.info("evaluate_container_started", timeout_seconds=timeout)
+            )
+        started, finished = ended.started, ended.finished
         out.close()
         err.close()
     container_exit, timed_out = ended.exit_code, ended.timed_out

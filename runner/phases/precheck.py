@@ -20,7 +20,14 @@ from requests.exceptions import RequestException
 from reducers.models import Phase, PrecheckResult
 from runner.codex_config import OPENAI_KEY_VARIABLES, active_provider, operator_home, resolve_codex_home
 from runner.context import JobContext
-from runner.docker_utils import connect, daemon_gone, ensure_image, image_identity, managed_container
+from runner.docker_utils import (
+    connect,
+    daemon_gone,
+    ensure_image,
+    image_identity,
+    managed_container,
+    start_and_wait,
+)
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError, UnscorableError
 from runner.settings import RunnerSettings
 
@@ -185,9 +192,7 @@ def _probe_layout(
         command=[],
         network_disabled=True,
     ) as container:
-        container.start()
-        status = container.wait(timeout=PROBE_TIMEOUT)
-    return int(status.get("StatusCode", 255))
+        return start_and_wait(container, timeout=PROBE_TIMEOUT)
 
 
 def _docker_checks(
