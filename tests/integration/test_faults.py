@@ -26,21 +26,13 @@ from tests.conftest import (
     read_json,
     run_cli,
     runner_containers,
+    snapshot_outside,
     stub_args,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-
-
-def _snapshot_outside(tmp_path: Path, job: Path) -> dict[str, float]:
-    """Every path under tmp_path but outside the job root, with its mtime."""
-    return {
-        str(p): p.lstat().st_mtime
-        for p in tmp_path.rglob("*")
-        if job not in p.parents and p != job
-    }
 
 
 def _marker(job: Path, phase: str) -> dict:
@@ -82,7 +74,7 @@ def test_codex_not_found(job_root: Path, stub_image: str, tmp_path: Path) -> Non
 
 def test_codex_exiting_non_zero(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path, "fake-codex-mode: fail\n")
-    before = _snapshot_outside(tmp_path, job)
+    before = snapshot_outside(tmp_path, job)
     done = run_cli("--execute", *stub_args(job, stub_image))
     assert done.returncode == 1
     assert "codex exited with 64" in done.stderr and "logs/codex.stderr.log" in done.stderr
@@ -90,7 +82,7 @@ def test_codex_exiting_non_zero(tmp_path: Path, stub_image: str) -> None:
     run = read_json(job / "benchmark_run.compact.json")
     assert run["failure_attribution_labels"] == ["failed_codex_codex_exit_nonzero"]
     assert run["codex"]["exit_code"] == 64
-    assert _snapshot_outside(tmp_path, job) == before
+    assert snapshot_outside(tmp_path, job) == before
 
 
 def test_codex_hanging_past_the_deadline_dies_with_its_grandchildren(tmp_path: Path, stub_image: str) -> None:
@@ -135,19 +127,19 @@ def test_codex_planting_links_in_the_logs_cannot_redirect_the_runner(tmp_path: P
     job = make_job_root(tmp_path, "fake-codex-mode: plant-links\n")
     victim = tmp_path / "victim.txt"
     victim.write_text("host file\n")
-    before = _snapshot_outside(tmp_path, job)
+    before = snapshot_outside(tmp_path, job)
     done = run_cli("--execute", *stub_args(job, stub_image))
     assert done.returncode == 1, done.stderr
     assert _marker(job, "codex")["reason"] == "codex_wrote_runner_files"
     assert victim.read_text() == "host file\n"
     assert not any(p.is_symlink() for p in (job / "logs").iterdir())
-    assert _snapshot_outside(tmp_path, job) == before
+    assert snapshot_outside(tmp_path, job) == before
 
 
 def test_codex_writing_the_runners_files_is_caught_and_undone(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path, "fake-codex-mode: tamper\n")
     prompt = (job / "context" / "prompt.md").read_bytes()
-    before = _snapshot_outside(tmp_path, job)
+    before = snapshot_outside(tmp_path, job)
     done = run_cli("--execute", *stub_args(job, stub_image))
     assert done.returncode == 1
     assert "restored" in done.stderr
@@ -158,7 +150,7 @@ def test_codex_writing_the_runners_files_is_caught_and_undone(tmp_path: Path, st
     run = read_json(job / "benchmark_run.compact.json")
     assert run["official_task_score"]["resolved"] is False
     assert run["failure_attribution_labels"] == ["failed_codex_codex_wrote_runner_files"]
-    assert _snapshot_outside(tmp_path, job) == before
+    assert snapshot_outside(tmp_path, job) == before
 
 
 # --- evaluate ---------------------------------------------------------------------------
@@ -244,22 +236,32 @@ def test_a_patch_that_does_not_apply_gets_its_label(tmp_path: Path, stub_image: 
     assert run["failure_attribution_labels"] == ["unresolved_patch_apply_failed_compact_result"]
 
 
-def test_code_under_test_cannot_forge_a_pass(tmp_path: Path, stub_image: str) -> None:
-    job = make_job_root(tmp_path, "fake-codex-mode: forge\n")
-    before = _snapshot_outside(tmp_path, job)
+_VERDICT_FIELDS = ("official_task_score", "apply_exit_code", "patched_exit_code", "failure_attribution_labels")
+
+
+@pytest.mark.parametrize(("fix", "honest_mode", "resolved"), [("wrong", "wrong-fix", False), ("right", "fix", True)])
+def test_code_under_test_cannot_forge_the_verdict(
+    tmp_path: Path, stub_image: str, fix: str, honest_mode: str, resolved: bool
+) -> None:
+    """The forgery (success strings, a failing apply-status line for every nonce-like word, files
+    where a verdict might be read) moves nothing: the verdict is the one the same fix gets
+    without it, whether the fix is wrong (no forged pass) or right (no forged failure)."""
+    honest = make_job_root(tmp_path / "honest", f"fake-codex-mode: {honest_mode}\n")
+    assert run_cli("--execute", *stub_args(honest, stub_image)).returncode == 0
+    job = make_job_root(tmp_path / "forged", f"fake-codex-mode: forge\nfake-codex-forge-fix: {fix}\n")
+    before = snapshot_outside(tmp_path, job, honest)
     done = run_cli("--execute", *stub_args(job, stub_image))
     assert done.returncode == 0, done.stderr
-    assert "FIX CONFIRMED" in (job / "logs" / "eval-test.log").read_text()  # it did try
-    run = read_json(job / "benchmark_run.compact.json")
-    assert run["official_task_score"]["resolved"] is False
-    assert "runner-apply-exit:" in (job / "logs" / "eval-test.log").read_text()  # its status lines went nowhere
-    assert run["apply_exit_code"] == 0 and run["patched_exit_code"] not in (0, None)
-    assert run["failure_attribution_labels"] == ["unresolved_single_tag_eval_compact_result"]
+    test_log = (job / "logs" / "eval-test.log").read_text()
+    assert "FIX CONFIRMED" in test_log and "runner-apply-exit:" in test_log  # it did try, and its lines went nowhere
+    run, baseline = read_json(job / "benchmark_run.compact.json"), read_json(honest / "benchmark_run.compact.json")
+    assert {k: run[k] for k in _VERDICT_FIELDS} == {k: baseline[k] for k in _VERDICT_FIELDS}
+    assert run["official_task_score"]["resolved"] is resolved and run["apply_exit_code"] == 0
     assert sorted(p.name for p in (job / "result-markers").iterdir()) == sorted(
         f"{p}.json" for p in ("prepare", "precheck", "extract", "baseline", "codex", "patch", "evaluate", "reduce")
     )
     assert not list(job.rglob("test_success"))
-    assert _snapshot_outside(tmp_path, job) == before
+    assert snapshot_outside(tmp_path, job, honest) == before
 
 
 # --- interrupts and crashes ---------------------------------------------------------------
