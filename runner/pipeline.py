@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from dataclasses import dataclass, field
 
 import structlog
@@ -28,7 +28,19 @@ from structlog.contextvars import bound_contextvars
 
 from pydantic import ValidationError
 
-from reducers.models import PHASE_ORDER, RESULTS, Marker, Phase, PhaseResult, Reason, Scalar
+from reducers.models import (
+    PHASE_ORDER,
+    RESULTS,
+    BaselineResult,
+    EvaluateResult,
+    ExtractResult,
+    Marker,
+    PatchResult,
+    Phase,
+    PhaseResult,
+    Reason,
+    Scalar,
+)
 from runner.context import JobContext
 from runner.errors import (
     BadInputError,
@@ -62,6 +74,8 @@ from runner.jobroot import JobRoot
 
 log = structlog.get_logger(__name__)
 
+R = TypeVar("R", bound=PhaseResult)
+
 ERROR_LOG = "runner-error.log"
 # A job root that cannot take more bytes is the environment's fault, not the phase's.
 UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM})
@@ -76,13 +90,27 @@ class RunOutcome:
     message: str | None = None
 
 
-def _input(ctx: JobContext, phase: Phase, field: str) -> str:
-    """A field of an earlier phase's recorded result, which a later phase takes as its input."""
+def _recorded(ctx: JobContext, contract: type[R]) -> R:
+    """An earlier phase's ``ok`` result, which a later phase takes its input from."""
+    phase = contract.phase
     marker = ctx.journal.marker(phase) if ctx.journal is not None else load_marker(ctx.job.markers, phase)
-    value = getattr(marker.details, field) if marker is not None and marker.ok else None
-    if not isinstance(value, str) or not value:
-        raise PhaseError(phase.value, "missing_input", f"the {phase.value} marker lacks {field}; rerun that phase")
+    if marker is None or not marker.ok:
+        raise PhaseError(phase.value, "missing_input", f"no ok {phase.value} marker; rerun that phase")
+    return marker.details
+
+
+def _given(value: str | None, phase: Phase, what: str) -> str:
+    if not value:
+        raise PhaseError(phase.value, "missing_input", f"the {phase.value} marker lacks {what}; rerun that phase")
     return value
+
+
+def _patch(ctx: JobContext) -> PatchResult:
+    return export_patch(ctx, _given(_recorded(ctx, BaselineResult).baseline_commit, Phase.BASELINE, "its commit"))
+
+
+def _evaluate(ctx: JobContext) -> EvaluateResult:
+    return evaluate(ctx, _given(_recorded(ctx, ExtractResult).image_id, Phase.EXTRACT, "the image id"))
 
 
 _STEP_FUNCTIONS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
@@ -91,8 +119,8 @@ _STEP_FUNCTIONS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
     Phase.EXTRACT: extract,
     Phase.BASELINE: baseline,
     Phase.CODEX: codex,
-    Phase.PATCH: lambda ctx: export_patch(ctx, _input(ctx, Phase.BASELINE, "baseline_commit")),
-    Phase.EVALUATE: lambda ctx: evaluate(ctx, _input(ctx, Phase.EXTRACT, "image_id")),
+    Phase.PATCH: _patch,
+    Phase.EVALUATE: _evaluate,
 }
 # In PHASE_ORDER; reduce is not a step: it always runs, after them.
 STEPS = {phase: _STEP_FUNCTIONS[phase] for phase in PHASE_ORDER if phase is not Phase.REDUCE}

@@ -49,11 +49,11 @@ def test_execute_without_a_job_root_is_refused() -> None:
         own_task(load_settings(tag="t_1"))
 
 
-def test_a_batch_names_a_bad_repeated_tag_as_typed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from runner.cli import main
+def test_a_batch_names_a_bad_repeated_tag_as_typed(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
 
-    code = main(["--execute", "--jobs-dir", str(tmp_path), "--tag", "ok_1", "--tag", "no;pe"])
-    assert code == 2 and "--tag: 'no;pe' is not a safe tag" in capsys.readouterr().err
+    done = run_cli("--execute", "--jobs-dir", str(tmp_path), "--tag", "ok_1", "--tag", "no;pe")
+    assert done.returncode == 2 and "--tag: 'no;pe' is not a safe tag" in done.stderr
     assert list(tmp_path.iterdir()) == []  # refused before any task or ledger
 
 
