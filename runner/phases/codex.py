@@ -24,6 +24,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import structlog
@@ -238,13 +239,7 @@ def codex(ctx: JobContext) -> CodexResult:
         stdout_bytes=stdout_path.stat().st_size,
         stderr_bytes=stderr_path.stat().st_size,
         last_message_present=_last_message_present(job.last_message),
-        input_tokens=usage.input_tokens,
-        cached_input_tokens=usage.cached_input_tokens,
-        cache_write_input_tokens=usage.cache_write_input_tokens,
-        output_tokens=usage.output_tokens,
-        reasoning_output_tokens=usage.reasoning_output_tokens,
-        turns=usage.turns,
-        failed_turns=usage.failed_turns,
+        **{name: value for name, value in asdict(usage).items() if name != "model_error"},  # tokens and turns
         model_error=usage.model_error if reason is Reason.CODEX_MODEL_ERROR else None,
         infra_failure=reason is Reason.CODEX_MODEL_ERROR,
         model=settings.model or (provider.model if provider.model and SAFE_MODEL.fullmatch(provider.model) else None),
