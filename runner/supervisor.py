@@ -140,7 +140,7 @@ def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> No
         os.close(fd)
 
 
-def _start(request: TaskRequest, log_path: Path, message_fd: int) -> subprocess.Popen:
+def _start(log_path: Path, message_fd: int) -> subprocess.Popen:
     with log_path.open("wb") as sink:
         return subprocess.Popen(
             [sys.executable, "-m", "runner", "task", f"--message-fd={message_fd}"],
@@ -169,9 +169,10 @@ def run_task(
     """Run one task in a process of its own until it ends; ``on_phase`` hears each phase it starts."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     _wait_for_stale_lock(spec.job_root)
+    request = TaskRequest(spec=spec, host=host)
     read_fd, write_fd = os.pipe()
     try:
-        child = _start(TaskRequest(spec=spec, host=host), log_path, write_fd)
+        child = _start(log_path, write_fd)
     except BaseException:
         os.close(read_fd)
         raise
@@ -179,7 +180,7 @@ def run_task(
         os.close(write_fd)  # the task holds the only write end: its exit is the channel's end
     children.add(child)
     try:
-        _hand_over(child, TaskRequest(spec=spec, host=host))
+        _hand_over(child, request)
         outcome: TaskOutcome | None = None
         with os.fdopen(read_fd, "rb") as channel:
             for line in channel:
