@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 import structlog
 from docker.errors import DockerException
 from git import GitError
-from structlog.contextvars import bound_contextvars
-
 from pydantic import ValidationError
+from structlog.contextvars import bound_contextvars
 
 from reducers.models import (
     PHASE_ORDER,
