@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
