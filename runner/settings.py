@@ -94,6 +94,11 @@ REFERENCE_ENV = frozenset(ENV_OF_FIELD[field] for field in (
 TASK_ENV = frozenset(ENV_OF_FIELD[field] for field in ("tag", "image", "job_root", "precheck_only"))
 
 
+def is_safe_tag(tag: str) -> bool:
+    """A tag the runner takes (a Docker tag, no path tricks): the settings, a tags file, submit, the worker."""
+    return bool(SAFE_TAG.fullmatch(tag)) and ".." not in tag
+
+
 def _env(field: str) -> AliasChoices:
     """The flag's name (as an init keyword) and, when it has one, the setting's variable."""
     return AliasChoices(field, ENV_OF_FIELD[field]) if field in ENV_OF_FIELD else AliasChoices(field)
@@ -158,7 +163,7 @@ class RunnerSettings(BaseSettings):
     @field_validator("tag")
     @classmethod
     def _tag_is_safe_label(cls, value: str) -> str:
-        if not SAFE_TAG.fullmatch(value) or ".." in value:
+        if not is_safe_tag(value):
             raise ValueError(
                 "must be 1-120 letters, digits, '_', '.' or '-', starting with a letter, digit or '_', without '..'"
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.errors import BadInputError
-from runner.settings import SAFE_TAG
+from runner.settings import is_safe_tag
 
 # Attempts per tag, at most: a batch, --execute and submit alike.
 MAX_ATTEMPTS = 100
@@ -20,7 +20,7 @@ def check_attempts(attempts: int) -> int:
 
 def check_tag(tag: str, where: str) -> str:
     """A tag as the settings take it (and so its default image reference), named where it came from."""
-    if not SAFE_TAG.fullmatch(tag) or ".." in tag:
+    if not is_safe_tag(tag):
         raise BadInputError(f"{where}: {tag[:40]!r} is not a safe tag")
     return tag
 

@@ -37,7 +37,7 @@ from runner.fleet.messages import (
 from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
 from runner.logs import configure_logging
 from runner.public import private_texts_for
-from runner.settings import SAFE_TAG, load_settings
+from runner.settings import is_safe_tag, load_settings
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +91,7 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
     for tag in tags:
-        if not SAFE_TAG.fullmatch(tag) or ".." in tag:
+        if not is_safe_tag(tag):
             raise BadInputError(f"--tag {tag[:40]!r} is not a safe tag")
     tags = unique_tags(tags)
     flags = {key: getattr(args, key) for key in ("allow_pull", "codex_timeout", "eval_timeout", "eval_network",

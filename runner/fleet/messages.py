@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runner.errors import BadInputError
-from runner.settings import SAFE_TAG, RunnerSettings
+from runner.settings import RunnerSettings, is_safe_tag
 from runner.tags import MAX_ATTEMPTS
 
 # A suite name ends up in Redis keys and host paths: no shell, no spaces, no '..'.
@@ -98,7 +98,7 @@ class TaskMessage(BaseModel):
     @field_validator("tag")
     @classmethod
     def _tag_is_safe(cls, value: str) -> str:
-        if not SAFE_TAG.fullmatch(value) or ".." in value:
+        if not is_safe_tag(value):
             raise ValueError("not a safe tag")
         return value
 

@@ -67,7 +67,7 @@ from runner.fleet.messages import (
 )
 from runner.jobroot import PROMPT
 from runner.logs import configure_logging
-from runner.settings import SAFE_HOST_PATH, SAFE_TAG, load_settings
+from runner.settings import SAFE_HOST_PATH, SAFE_TAG, is_safe_tag, load_settings
 from runner.supervisor import run_task
 from runner.task import host_settings, task_spec
 
@@ -437,7 +437,7 @@ class FleetWorker:
         tag = fields.get("tag")
         attempt = fields.get("attempt")
         attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= 100 else 1
-        if not (isinstance(tag, str) and SAFE_TAG.fullmatch(tag) and ".." not in tag) or suite == REJECTED_SUITE:
+        if not (isinstance(tag, str) and is_safe_tag(tag)) or suite == REJECTED_SUITE:
             tag = f"invalid-{message_id.replace('-', '')[-12:]}"
         row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, host=self.options.name,
                         failure_label="bad_message", error=str(error)[:500], submitted_at=now(), finished_at=now())
