@@ -43,6 +43,18 @@ class BadInputError(RunnerError):
     reason = "bad_input"
 
 
+class JobRootBusyError(BadInputError):
+    """Another run (or batch, or audit) holds the job root's lock; its pid is named."""
+
+    reason = "job_root_locked"
+
+
+class MessageError(BadInputError):
+    """A fleet message (or a submission) that cannot become a task; names the fields, never their values."""
+
+    reason = "bad_message"
+
+
 class EnvironmentNotReadyError(RunnerError):
     """The host cannot run the job: Docker down, image absent, codex missing."""
 
@@ -117,6 +129,18 @@ class UnscorableError(EnvironmentNotReadyError):
         self.details: dict[str, object] = {"refusal": refusal, "tag_profile": tag_profile}
 
 
+class ProfileDataError(RunnerError):
+    """The shipped tag profile file is broken: a packaging bug, named precisely."""
+
+    reason = "tag_profiles_invalid"
+
+
+class AgentNotContainedError(RunnerError):
+    """Processes of the agent are still alive after SIGKILL: the attempt cannot be trusted."""
+
+    reason = "agent_not_contained"
+
+
 class PhaseError(RunnerError):
     """A phase ran and failed; the pipeline records it and stops there."""
 
@@ -142,6 +166,18 @@ class UnsafeArchiveError(PhaseError):
             "extract",
             "unsafe_archive_entry",
             f"archive entry {entry!r} refused ({why}); the image's source tree is not safe to extract",
+        )
+
+
+class TamperCheckError(PhaseError):
+    """The tamper check itself failed: what the agent did cannot be verified, so the attempt is not trusted."""
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        super().__init__(
+            "codex",
+            "tamper_check_failed",
+            f"the runner's files could not be verified {step} codex ({type(error).__name__}); "
+            "the attempt is not trusted",
         )
 
 

@@ -50,7 +50,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _running(pid: int | str) -> bool:
     """Alive and not a zombie (the runner's own /proc reader)."""
-    from runner.owner import stat_fields
+    from runner.containment.run_owner import stat_fields
 
     fields = stat_fields(pid)
     return bool(fields) and fields[0] != "Z"

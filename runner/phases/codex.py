@@ -39,13 +39,13 @@ from runner.codex_config import (
     resolve_codex_home,
 )
 from runner.codex_usage import usage_from_events
-from runner.containment import AgentNotContainedError, agent_process, hand_over, resolve_agent_user
-from runner.reaper import become_subreaper, kill_descendants
+from runner.containment.agent import agent_process, hand_over, resolve_agent_user
+from runner.containment.descendants import become_subreaper, kill_descendants
 from runner.context import JobContext, sha256_file
-from runner.errors import CodexNotFoundError, PhaseError
+from runner.errors import AgentNotContainedError, CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
 from runner.settings import SAFE_MODEL
-from runner.tamper import RunnerFilesSnapshot, same_file
+from runner.containment.runner_files import RunnerFilesSnapshot, same_file
 
 log = structlog.get_logger(__name__)
 

@@ -10,12 +10,12 @@ is shown (``runner.views.public``).
 from __future__ import annotations
 
 import threading
-from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from reducers.models import Phase
+from reducers.models import Frozen, Phase
+from reducers.outcome import FINISHED_STATES, TaskState  # noqa: F401 (the views' states are the ledgers')
 
 # The phases a task reports durations for, in pipeline order (reduce is bookkeeping).
 TIMED_PHASES: tuple[str, ...] = tuple(p.value for p in Phase if p is not Phase.REDUCE)
@@ -28,22 +28,10 @@ _HOST = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _LABEL = r"^[a-z0-9_]{1,128}$"
 
 
-class TaskState(str, Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"  # a verdict: resolved or not
-    FAILED = "failed"  # no verdict: a phase failed, bad input or a broken host
-    CANCELLED = "cancelled"  # the operator cancelled or interrupted it
 
 
-FINISHED_STATES = frozenset({TaskState.DONE, TaskState.FAILED})
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HostCheck(_Frozen):
+class HostCheck(Frozen):
     """One host check (docker, disk, codex, codex_login, broker, ...)."""
 
     name: str = Field(pattern=_NAME)
@@ -51,7 +39,7 @@ class HostCheck(_Frozen):
     detail: str = ""
 
 
-class HealthReport(_Frozen):
+class HealthReport(Frozen):
     checks: list[HostCheck]
     taking_work: bool
     draining: bool = False
@@ -68,7 +56,7 @@ class HealthReport(_Frozen):
         return [check for check in self.checks if not check.ok]
 
 
-class TaskRow(_Frozen):
+class TaskRow(Frozen):
     """One (suite, tag, attempt): where it is, how it ended, what it cost."""
 
     suite: str = Field(pattern=_SUITE)

@@ -71,7 +71,7 @@ def test_a_batch_killed_with_sigkill_leaves_tasks_that_end_cleanly_and_a_rerun_t
     )
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads(again.stdout)
-    assert summary["resolved"] == 2 and summary["states"] == {"completed": 2}
+    assert summary["resolved"] == 2 and summary["states"] == {"done": 2}
 
 
 def test_a_reader_that_goes_away_never_ends_the_run(tmp_path: Path, stub_image: str) -> None:
@@ -109,7 +109,7 @@ def test_an_early_sigterm_to_a_batch_is_an_interrupt_with_a_summary(
     assert process.returncode == 130, stderr[-2000:]
     summary = json.loads(stdout)
     assert summary["interrupted"] is True and summary["exit_code"] == 130
-    assert set(summary["states"]) <= {"interrupted"}, summary["states"]
+    assert set(summary["states"]) <= {"cancelled"}, summary["states"]
     ledger = jobs / "run-ledger.json"
     if ledger.exists():
-        assert all(row["state"] == "interrupted" for row in read_json(ledger)["rows"])
+        assert all(row["state"] == "cancelled" for row in read_json(ledger)["rows"])
