@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -13,6 +14,9 @@ import pytest
 from runner.bounded_read import (
     Unreadable, UnreadableFileError, iter_bounded_lines, parse_json_bounded, read_bounded, read_bounded_json,
 )
+from runner.errors import CompactInputError
+from runner.ledger import LEDGER_JOURNAL, RunLedger
+from tests.unit.test_batch_parts import _row_for
 
 
 def within(seconds: float, call: Callable[[], Any]) -> Any:
@@ -118,3 +122,26 @@ def test_lines_are_streamed_with_a_bound_per_line_and_in_all(tmp_path: Path) -> 
         for line in iter_bounded_lines(path, root=tmp_path, max_line_bytes=100, max_total_bytes=1000):
             seen.append(line.data)
     assert caught.value.unreadable is Unreadable.TOO_LARGE
+
+
+def test_the_batch_ledger_names_a_bad_snapshot_and_never_blocks_on_it(tmp_path: Path) -> None:
+    (tmp_path / "run-ledger.json").write_bytes(b'{"rows": [{"tag": "\xff"}]}')
+    with pytest.raises(CompactInputError, match=r"run-ledger.json: <root>: unreadable \(not_utf8\)"):
+        within(10, lambda: RunLedger(tmp_path, private_texts=[]))
+    (tmp_path / "run-ledger.json").write_text('{"rows": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(CompactInputError, match=r"unreadable \(too_deep\)"):
+        within(10, lambda: RunLedger(tmp_path, private_texts=[]))
+    (tmp_path / "run-ledger.json").unlink()
+    os.mkfifo(tmp_path / "run-ledger.json")
+    with pytest.raises(CompactInputError, match=r"unreadable \(not_a_regular_file\)"):
+        within(10, lambda: RunLedger(tmp_path, private_texts=[]))
+
+
+def test_the_batch_ledger_skips_an_overlong_journal_line_and_keeps_the_rows_after_it(tmp_path: Path) -> None:
+    ledger = RunLedger(tmp_path, private_texts=[str(tmp_path)])
+    ledger.upsert(_row_for("a_1"))
+    with (tmp_path / LEDGER_JOURNAL).open("ab") as journal:
+        journal.write(b'{"tag": "' + b"z" * (8 << 20) + b'"}\n')
+        journal.write(json.dumps(_row_for("b_2").public()).encode() + b"\n")
+    reloaded = within(30, lambda: RunLedger(tmp_path, private_texts=[]))
+    assert set(reloaded.rows) == {"a_1", "b_2"} and reloaded.journal_entries == 1
