@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from runner import early_signals
 from runner.atomic import write_bytes_atomic
 from runner.errors import BadInputError, REFUSALS, exit_code_of
 from runner.logs import configure_logging
@@ -160,10 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging()
     try:
+        # SIGTERM and SIGINT end the report: python -m runner only remembered them until now.
+        early_signals.interrupt_from_now_on()
+        if early_signals.pending() is not None:
+            early_signals.raise_interrupt(early_signals.pending() or 0, None)
         rows, private, default_title = _rows(args)
         text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
                             private_texts=view_private_texts(private))
         write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
+        print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows), "out": args.out.name}))
+    except KeyboardInterrupt:
+        log.warning("report_interrupted")
+        print("runner report: interrupted", file=sys.stderr)
+        return 130
     except REFUSALS as e:
         log.error("report_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner report: {e}", file=sys.stderr)
@@ -171,5 +181,4 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"runner report: cannot write --out ({e.strerror or type(e).__name__})", file=sys.stderr)
         return 3
-    print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows), "out": args.out.name}))
     return 0
