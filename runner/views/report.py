@@ -22,7 +22,7 @@ from runner.errors import BadInputError, REFUSALS, exit_code_of
 from runner.logs import configure_logging
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
-from runner.views.pages import summary_cards, tasks_table
+from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
 from runner.views.public import view_private_texts
 from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
 from runner.views.sources import rows_from_jobs_dir, rows_from_suite
@@ -30,10 +30,6 @@ from runner.views.sources import rows_from_jobs_dir, rows_from_suite
 log = structlog.get_logger(__name__)
 
 TOKEN_SEGMENTS = ["input (uncached)", "input (cached)", "output"]
-
-
-def _task_label(row: dict[str, Any]) -> str:
-    return f"{row['tag']} #{row['attempt']}"
 
 
 def _token_segments(tokens: dict[str, int]) -> list[float]:
@@ -67,9 +63,9 @@ def render_html(doc: dict[str, Any]) -> str:
     by_attempt = [(f"attempt {k}", v, f"attempt {k}: {fmt_rate(v)} resolved") for k, v in summary["rate_by_attempt"].items()]
     pass_bars = [(f"pass@{k}", v, f"pass@{k} = {fmt_rate(v)}") for k, v in summary["pass_at"].items()]
     labels = [(label, float(count), f"{label}: {count}") for label, count in summary["failure_labels"]]
-    phase_rows = [(_task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
+    phase_rows = [(task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
                   if r["phase_seconds"]]
-    token_rows = [(_task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
+    token_rows = [(task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
     body = (
         f"<h1>{esc(doc['title'])}</h1><p class=\"muted\">generated {esc(doc['generated_at'])}; "
         "rates count finished tasks; pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the attempts "
@@ -88,6 +84,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + stacked_bars("phase-time", phase_rows, list(TIMED_PHASES), value_text=fmt_seconds)
         + "<h2>Tokens per task</h2>"
         + stacked_bars("tokens", token_rows, TOKEN_SEGMENTS, value_text=lambda v: f"{v:,.0f}")
+        + unreadable_section(doc)
         + "<h2>Tasks</h2>"
         + tasks_table(doc)
     )
@@ -118,12 +115,15 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _md_table(["label", "tasks"], [[label, str(count)] for label, count in s["failure_labels"]])
     lines += ["## Time per phase per task", ""]
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
-                       [[_task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
+                       [[task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
                          fmt_seconds(r["wall_seconds"])] for r in doc["rows"]])
     lines += ["## Tokens per task", ""]
     lines += _md_table(["task", "input", "cached input", "output"],
-                       [[_task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
+                       [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
                         for r in doc["rows"]])
+    if unreadable_rows(doc):
+        lines += ["## Unreadable", ""]
+        lines += _md_table(["task", "reason"], unreadable_rows(doc))
     return "\n".join(lines)
 
 
@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
                             private_texts=view_private_texts(private))
         write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
-        print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows), "out": args.out.name}))
+        unreadable = sum(1 for row in rows if row.unreadable is not None)
+        print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows),
+                          "unreadable": unreadable, "out": args.out.name}))
     except KeyboardInterrupt:
         log.warning("report_interrupted")
         print("runner report: interrupted", file=sys.stderr)

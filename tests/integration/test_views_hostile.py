@@ -86,6 +86,19 @@ def assert_reported(ran: Ran, out: Path, jobs_dir: Path, unreadable: dict[str, s
     return html
 
 
+@pytest.mark.parametrize("where", ["t0_resolved/benchmark_run.compact.json", "run-ledger.json"])
+def test_a_fifo_is_an_unreadable_row_and_the_report_finishes(jobs_dir: Path, tmp_path: Path, where: str) -> None:
+    (jobs_dir / where).unlink()
+    os.mkfifo(jobs_dir / where)
+    out = tmp_path / "report.html"
+    ran = run_report(jobs_dir, out, timeout=30)
+    if where == "run-ledger.json":
+        assert_reported(ran, out, jobs_dir, {"run-ledger.json": "not_a_regular_file"})
+    else:
+        html = assert_reported(ran, out, jobs_dir, {"t0_resolved #1": "not_a_regular_file"})
+        assert "<td>t1_unresolved</td>" in html  # the other rows stand
+
+
 def test_sigterm_ends_the_report(jobs_dir: Path, tmp_path: Path) -> None:
     """A report that takes long (here: the FIFO of the old code) ends at SIGTERM, exit 130, nothing half-written."""
     (jobs_dir / "t0_resolved/benchmark_run.compact.json").unlink()
@@ -113,3 +126,62 @@ def test_sigterm_ends_the_report(jobs_dir: Path, tmp_path: Path) -> None:
     assert process.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr and "interrupted" in stderr
     assert not out.exists() and not list(tmp_path.glob(".report.html.*"))
+
+
+@pytest.mark.parametrize("where", ["t0_resolved/benchmark_run.compact.json", "run-ledger.json"])
+def test_a_link_to_dev_zero_is_an_unreadable_row_never_read(jobs_dir: Path, tmp_path: Path, where: str) -> None:
+    (jobs_dir / where).unlink()
+    (jobs_dir / where).symlink_to("/dev/zero")
+    out = tmp_path / "report.html"
+    ran = run_report(jobs_dir, out)
+    task = "run-ledger.json" if where == "run-ledger.json" else "t0_resolved #1"
+    assert_reported(ran, out, jobs_dir, {task: "outside_jobs_dir"}, "/dev/zero")
+
+
+def test_a_ledger_that_is_not_utf8_is_one_unreadable_row(jobs_dir: Path, tmp_path: Path) -> None:
+    ledger = jobs_dir / "run-ledger.json"
+    ledger.write_bytes(ledger.read_bytes().replace(b'"t1_unresolved"', b'"t1_\xff\xfe_unresolved"'))
+    out = tmp_path / "report.html"
+    assert_reported(run_report(jobs_dir, out), out, jobs_dir, {"run-ledger.json": "not_utf8"})
+
+
+def test_a_ledger_nested_100000_deep_is_one_unreadable_row(jobs_dir: Path, tmp_path: Path) -> None:
+    (jobs_dir / "run-ledger.json").write_text('{"rows": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    out = tmp_path / "report.html"
+    assert_reported(run_report(jobs_dir, out), out, jobs_dir, {"run-ledger.json": "too_deep"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "task"),
+    [
+        ("tag", "../../../../etc", "ledger-row-2"),  # no safe tag to show: the row's place stands in
+        ("failure_label", "evil" * 25_000, "t1_unresolved #1"),  # 100 KB
+        ("tag", 1, "ledger-row-2"),  # not even a string
+    ],
+)
+def test_a_hostile_ledger_row_is_unreadable_and_never_echoed(
+    jobs_dir: Path, tmp_path: Path, field: str, value: object, task: str
+) -> None:
+    ledger = jobs_dir / "run-ledger.json"
+    document = json.loads(ledger.read_text())
+    assert document["rows"][1]["tag"] == "t1_unresolved"
+    document["rows"][1][field] = value
+    ledger.write_text(json.dumps(document))
+    out = tmp_path / "report.html"
+    hostile = ["../../", "evilevilevil"]
+    html = assert_reported(run_report(jobs_dir, out), out, jobs_dir, {task: "invalid_row"}, *hostile)
+    assert "<td>t0_resolved</td>" in html and "<td>t2_agent_failure</td>" in html  # the other rows stand
+
+
+def test_a_600_mb_journal_line_is_skipped_in_bounded_memory(jobs_dir: Path, tmp_path: Path) -> None:
+    """One line of 600 MB (sparse: no disk), then a good row: the line is unreadable, the row after it counts."""
+    good = json.loads((jobs_dir / "run-ledger.json").read_text())["rows"][0]
+    journal = jobs_dir / "run-ledger.journal.jsonl"
+    with journal.open("wb") as handle:
+        handle.write(b'{"tag": "')
+        handle.seek(600 * 1024 * 1024)
+        handle.write(b'"}\n' + json.dumps({**good, "tag": "late_1"}).encode() + b"\n")
+    out = tmp_path / "report.html"
+    ran = run_report(jobs_dir, out)
+    html = assert_reported(ran, out, jobs_dir, {"journal-line-1": "too_large"})
+    assert "<td>late_1</td>" in html and json.loads(ran.stdout)["tasks"] == 7
