@@ -13,9 +13,10 @@ import threading
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reducers.models import Phase
+from runner.bounded_read import Unreadable
 
 # The phases a task reports durations for, in pipeline order (reduce is bookkeeping).
 TIMED_PHASES: tuple[str, ...] = tuple(p.value for p in Phase if p is not Phase.REDUCE)
@@ -34,6 +35,7 @@ class TaskState(str, Enum):
     DONE = "done"  # a verdict: resolved or not
     FAILED = "failed"  # no verdict: a phase failed, bad input or a broken host
     CANCELLED = "cancelled"  # the operator cancelled or interrupted it
+    UNREADABLE = "unreadable"  # the file it comes from (or its row there) was refused: ``TaskRow.unreadable`` says why
 
 
 FINISHED_STATES = frozenset({TaskState.DONE, TaskState.FAILED})
@@ -83,6 +85,13 @@ class TaskRow(_Frozen):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     wall_seconds: float | None = Field(default=None, ge=0)
     tokens: dict[str, int] = Field(default_factory=dict)
+    unreadable: Unreadable | None = None  # why, for an unreadable row (and only for one)
+
+    @model_validator(mode="after")
+    def _unreadable_says_why(self) -> TaskRow:
+        if (self.state is TaskState.UNREADABLE) != (self.unreadable is not None):
+            raise ValueError("an unreadable row, and only one, gives its reason (unreadable)")
+        return self
 
     @field_validator("phase_seconds")
     @classmethod

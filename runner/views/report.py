@@ -16,12 +16,13 @@ from typing import Any
 
 import structlog
 
+from runner import early_signals
 from runner.atomic import write_bytes_atomic
 from runner.errors import BadInputError, REFUSALS, exit_code_of
 from runner.logs import configure_logging
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
-from runner.views.pages import summary_cards, tasks_table
+from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
 from runner.views.public import view_private_texts
 from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
 from runner.views.sources import rows_from_jobs_dir, rows_from_suite
@@ -29,10 +30,6 @@ from runner.views.sources import rows_from_jobs_dir, rows_from_suite
 log = structlog.get_logger(__name__)
 
 TOKEN_SEGMENTS = ["input (uncached)", "input (cached)", "output"]
-
-
-def _task_label(row: dict[str, Any]) -> str:
-    return f"{row['tag']} #{row['attempt']}"
 
 
 def _token_segments(tokens: dict[str, int]) -> list[float]:
@@ -66,9 +63,9 @@ def render_html(doc: dict[str, Any]) -> str:
     by_attempt = [(f"attempt {k}", v, f"attempt {k}: {fmt_rate(v)} resolved") for k, v in summary["rate_by_attempt"].items()]
     pass_bars = [(f"pass@{k}", v, f"pass@{k} = {fmt_rate(v)}") for k, v in summary["pass_at"].items()]
     labels = [(label, float(count), f"{label}: {count}") for label, count in summary["failure_labels"]]
-    phase_rows = [(_task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
+    phase_rows = [(task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
                   if r["phase_seconds"]]
-    token_rows = [(_task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
+    token_rows = [(task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
     body = (
         f"<h1>{esc(doc['title'])}</h1><p class=\"muted\">generated {esc(doc['generated_at'])}; "
         "rates count finished tasks; pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the attempts "
@@ -87,6 +84,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + stacked_bars("phase-time", phase_rows, list(TIMED_PHASES), value_text=fmt_seconds)
         + "<h2>Tokens per task</h2>"
         + stacked_bars("tokens", token_rows, TOKEN_SEGMENTS, value_text=lambda v: f"{v:,.0f}")
+        + unreadable_section(doc)
         + "<h2>Tasks</h2>"
         + tasks_table(doc)
     )
@@ -117,12 +115,15 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _md_table(["label", "tasks"], [[label, str(count)] for label, count in s["failure_labels"]])
     lines += ["## Time per phase per task", ""]
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
-                       [[_task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
+                       [[task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
                          fmt_seconds(r["wall_seconds"])] for r in doc["rows"]])
     lines += ["## Tokens per task", ""]
     lines += _md_table(["task", "input", "cached input", "output"],
-                       [[_task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
+                       [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
                         for r in doc["rows"]])
+    if unreadable_rows(doc):
+        lines += ["## Unreadable", ""]
+        lines += _md_table(["task", "reason"], unreadable_rows(doc))
     return "\n".join(lines)
 
 
@@ -160,10 +161,21 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging()
     try:
+        # SIGTERM and SIGINT end the report: python -m runner only remembered them until now.
+        early_signals.interrupt_from_now_on()
+        if early_signals.pending() is not None:
+            early_signals.raise_interrupt(early_signals.pending() or 0, None)
         rows, private, default_title = _rows(args)
         text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
                             private_texts=view_private_texts(private))
         write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
+        unreadable = sum(1 for row in rows if row.unreadable is not None)
+        print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows),
+                          "unreadable": unreadable, "out": args.out.name}))
+    except KeyboardInterrupt:
+        log.warning("report_interrupted")
+        print("runner report: interrupted", file=sys.stderr)
+        return 130
     except REFUSALS as e:
         log.error("report_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
         print(f"runner report: {e}", file=sys.stderr)
@@ -171,5 +183,4 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"runner report: cannot write --out ({e.strerror or type(e).__name__})", file=sys.stderr)
         return 3
-    print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows), "out": args.out.name}))
     return 0

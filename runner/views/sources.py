@@ -1,21 +1,31 @@
 """Where task rows come from: the local batch's ledger, or (once wired) a daemon suite's ledger.
 
-Invariant: only public files are read (``run-ledger.json`` and each task's
-``benchmark_run.compact.json``); never a prompt, a patch, a log or a marker.
+Invariants: only public files are read (``run-ledger.json``, its journal and each task's
+``benchmark_run.compact.json``); never a prompt, a patch, a log or a marker. Each is read
+through ``runner.bounded_read`` (inside the jobs dir, a regular file, bounded in size and
+depth, strict UTF-8), so a hostile or damaged jobs dir gives rows in state ``unreadable``
+with a short reason: never a hang, a traceback, or the bad file's own text on the page.
+A row's tag is used in a path only when it is a safe tag.
 """
 
 from __future__ import annotations
 
-import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from pydantic import ValidationError
 
 from reducers.passk import is_infra_failure
+from runner.bounded_read import Unreadable, UnreadableFileError, iter_bounded_lines, parse_json_bounded, read_bounded_json
 from runner.errors import BadInputError
 from runner.jobroot import BENCHMARK_RUN
-from runner.ledger import LEDGER_JSON, LedgerRow, RunLedger
+from runner.ledger import (
+    JOURNAL_LINE_MAX_BYTES, JOURNAL_MAX_BYTES, LEDGER_JOURNAL, LEDGER_JSON, LEDGER_MAX_BYTES, LEDGER_MAX_DEPTH,
+    LedgerRow, row_key,
+)
+from runner.settings import is_safe_tag
 from reducers.models import LedgerState
 from runner.views.model import TIMED_PHASES, TaskRow, TaskState
 
@@ -23,6 +33,9 @@ log = structlog.get_logger(__name__)
 
 LOCAL_SUITE = "local"
 LOCAL_HOST = "local"
+# A compact run is a few KB and a few levels deep; far beyond either, it is not one the runner wrote.
+COMPACT_MAX_BYTES = 4 << 20
+COMPACT_MAX_DEPTH = 32
 # The batch ledger's states (runner.batch) as task states.
 _STATE = {
     LedgerState.COMPLETED: TaskState.DONE,
@@ -33,56 +46,168 @@ _STATE = {
 }
 
 
-def _cached_input_tokens(job_root: Path) -> int:
-    """The compact run's cached-input count (the ledger keeps input and output only)."""
+@dataclass(frozen=True)
+class _Refused:
+    """A ledger entry that is not a row: ``where`` names its place (``ledger-row-3``) when its tag is unsafe."""
+
+    where: str
+    identity: tuple[str, int] | None
+    unreadable: Unreadable
+
+
+def _identity(tag: object, attempt: object) -> tuple[str, int] | None:
+    """(tag, attempt) as the page may show them, or None when either is not safe to show (or to use in a path)."""
+    if not isinstance(tag, str) or not is_safe_tag(tag):
+        return None
+    if attempt is None:
+        return tag, 1
+    if isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= 1_000_000:
+        return tag, attempt
+    return None
+
+
+def _unreadable_row(suite: str, refused: _Refused) -> TaskRow:
+    tag, attempt = refused.identity or (refused.where, 0)  # attempt 0: a place in a file, never a task's attempt
+    log.warning("view_row_unreadable", tag=tag, attempt=attempt, unreadable=refused.unreadable.value)
+    return TaskRow(suite=suite, tag=tag, attempt=attempt, state=TaskState.UNREADABLE, unreadable=refused.unreadable)
+
+
+def _cached_input_tokens(jobs_dir: Path, job_root: Path) -> int:
+    """The compact run's cached-input count (the ledger keeps input and output only).
+
+    Raises:
+        UnreadableFileError: the compact file is there but refused (a FIFO, a link out, too large, ...).
+    """
     try:
-        run = json.loads((job_root / BENCHMARK_RUN).read_text(encoding="utf-8"))
+        run = read_bounded_json(job_root / BENCHMARK_RUN, root=jobs_dir, max_bytes=COMPACT_MAX_BYTES,
+                                max_depth=COMPACT_MAX_DEPTH)
+    except UnreadableFileError as e:
+        if e.unreadable is Unreadable.MISSING:
+            return 0  # refused before any output: the ledger row still stands
+        raise
+    try:
         value = run["metrics"]["cache_tokens"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        return 0  # refused before any output, or unreadable: the ledger row still stands
+    except (KeyError, TypeError, IndexError):
+        return 0
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _task_row(jobs_dir: Path, row: LedgerRow, suite: str) -> TaskRow:
+def _task_row(jobs_dir: Path, row: LedgerRow, suite: str, where: str) -> TaskRow:
+    identity = _identity(row.tag, row.attempt)
+    if identity is None:
+        return _unreadable_row(suite, _Refused(where, None, Unreadable.INVALID_ROW))
     # A batch with --attempts keeps each attempt at DIR/<tag>/attempt-<i>; without, DIR/<tag> is attempt 1.
     job_root = jobs_dir / row.tag if row.attempt is None else jobs_dir / row.tag / f"attempt-{row.attempt}"
-    attempt = row.attempt or 1
+    try:
+        cached = _cached_input_tokens(jobs_dir, job_root)
+    except UnreadableFileError as e:
+        return _unreadable_row(suite, _Refused(where, identity, e.unreadable))
     state = _STATE.get(row.state, TaskState.FAILED)
     finished = state in (TaskState.DONE, TaskState.FAILED)
     resolved = bool(row.resolved) if finished else None
-    return TaskRow(
-        suite=suite,
-        tag=row.tag,
-        attempt=attempt,
-        state=state,
-        host=LOCAL_HOST,
-        phase=row.first_failed_phase if state is TaskState.FAILED and row.first_failed_phase in TIMED_PHASES else None,
-        resolved=resolved,
-        infra_failure=is_infra_failure(row.state, row.failure_label) if finished else None,
-        # a task refused before it wrote a compact file has no label: its batch state stands in
-        failure_label=None if resolved else (row.failure_label or (row.state if finished else None)),
-        phase_seconds={k: v for k, v in row.phase_durations_seconds.items() if k in TIMED_PHASES},
-        wall_seconds=row.wall_seconds,
-        tokens={
-            "input": row.input_tokens,
-            "cached_input": _cached_input_tokens(job_root),
-            "output": row.output_tokens,
-        },
-    )
+    try:
+        return TaskRow(
+            suite=suite,
+            tag=row.tag,
+            attempt=identity[1],
+            state=state,
+            host=LOCAL_HOST,
+            phase=row.first_failed_phase if state is TaskState.FAILED and row.first_failed_phase in TIMED_PHASES else None,
+            resolved=resolved,
+            infra_failure=is_infra_failure(row.state, row.failure_label) if finished else None,
+            # a task refused before it wrote a compact file has no label: its batch state stands in
+            failure_label=None if resolved else (row.failure_label or (row.state if finished else None)),
+            phase_seconds={k: v for k, v in row.phase_durations_seconds.items() if k in TIMED_PHASES},
+            wall_seconds=row.wall_seconds,
+            tokens={"input": row.input_tokens, "cached_input": cached, "output": row.output_tokens},
+        )
+    except ValidationError:  # a 100 KB label, a negative count: never quoted (pydantic's message would)
+        return _unreadable_row(suite, _Refused(where, identity, Unreadable.INVALID_ROW))
+
+
+class _Entries:
+    """The ledger's rows by key as the batch replays them (the journal over the snapshot), refusals included."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, str], tuple[str, LedgerRow | _Refused]] = {}
+
+    def refuse(self, where: str, unreadable: Unreadable, identity: tuple[str, int] | None = None,
+               attempt: int | None = None) -> None:
+        # keyed as its row would be (``attempt`` as the ledger has it), so a later good row replaces it
+        key = ("row", row_key(identity[0], attempt)) if identity else ("place", where)
+        self.by_key[key] = (where, _Refused(where, identity, unreadable))
+
+    def take(self, raw: object, where: str) -> None:
+        try:
+            row = LedgerRow.model_validate(raw)
+        except ValidationError:
+            fields = raw if isinstance(raw, dict) else {}
+            identity = _identity(fields.get("tag"), fields.get("attempt"))
+            self.refuse(where, Unreadable.INVALID_ROW, identity, fields.get("attempt") if identity else None)
+            return
+        self.by_key[("row", row.key)] = (where, row)
+
+
+def _read_snapshot(jobs_dir: Path, entries: _Entries) -> None:
+    try:
+        document = read_bounded_json(jobs_dir / LEDGER_JSON, root=jobs_dir, max_bytes=LEDGER_MAX_BYTES,
+                                     max_depth=LEDGER_MAX_DEPTH)
+    except UnreadableFileError as e:
+        entries.refuse(LEDGER_JSON, e.unreadable)
+        return
+    rows = document.get("rows") if isinstance(document, dict) else None
+    if not isinstance(rows, list):
+        entries.refuse(LEDGER_JSON, Unreadable.INVALID_LEDGER)
+        return
+    for number, raw in enumerate(rows, 1):
+        entries.take(raw, f"ledger-row-{number}")
+
+
+def _replay_journal(jobs_dir: Path, entries: _Entries) -> None:
+    """Each line a row, streamed with a bound per line; a torn last line (a crash mid-append) is skipped."""
+    path = jobs_dir / LEDGER_JOURNAL
+    if not os.path.lexists(path):
+        return
+    try:
+        for line in iter_bounded_lines(path, root=jobs_dir, max_line_bytes=JOURNAL_LINE_MAX_BYTES,
+                                       max_total_bytes=JOURNAL_MAX_BYTES):
+            where = f"journal-line-{line.number}"
+            if line.unreadable is not None:
+                entries.refuse(where, line.unreadable)
+                continue
+            if line.data is None or not line.data.strip():
+                continue
+            try:
+                raw = parse_json_bounded(line.data, name=where, max_depth=LEDGER_MAX_DEPTH)
+            except UnreadableFileError as e:
+                if line.terminated:
+                    entries.refuse(where, e.unreadable)
+                continue
+            entries.take(raw, where)
+    except UnreadableFileError as e:
+        entries.refuse(LEDGER_JOURNAL, e.unreadable)
 
 
 def rows_from_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> list[TaskRow]:
-    """One row per task of a local batch, from ``DIR/run-ledger.json`` and the compact files.
+    """One row per task of a local batch, from ``DIR/run-ledger.json``, its journal and the compact files.
+
+    A file or a row that cannot be used is one row in state ``unreadable`` (its reason in
+    ``TaskRow.unreadable``); the other rows stand.
 
     Raises:
-        BadInputError: the directory or its ledger is missing.
-        CompactInputError: the ledger is malformed (naming the field).
+        BadInputError: the directory has no ledger at all.
     """
     jobs_dir = jobs_dir.expanduser().resolve()
-    if not (jobs_dir / LEDGER_JSON).is_file():
+    if not os.path.lexists(jobs_dir / LEDGER_JSON):
         raise BadInputError(f"--jobs-dir has no {LEDGER_JSON}; run a batch there first (--execute --jobs-dir DIR)")
-    ledger = RunLedger(jobs_dir, private_texts=[])  # read only: the guard applies when the views render
-    return sorted((_task_row(jobs_dir, row, suite) for row in ledger.rows.values()), key=lambda r: r.key)
+    entries = _Entries()
+    _read_snapshot(jobs_dir, entries)
+    _replay_journal(jobs_dir, entries)
+    rows = [
+        _task_row(jobs_dir, entry, suite, where) if isinstance(entry, LedgerRow) else _unreadable_row(suite, entry)
+        for where, entry in entries.by_key.values()
+    ]
+    return sorted(rows, key=lambda r: r.key)
 
 
 def rows_from_suite(broker_url: str, suite: str, namespace: str | None = None) -> list[TaskRow]:
