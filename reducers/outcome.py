@@ -10,7 +10,8 @@ States:
 - ``failed``: not scored: the operator's input was refused, or the host, Docker, git,
   the model provider or the runner broke (``infra_failure``);
 - ``cancelled``: interrupted by the operator (Ctrl-C, a drain, ``cancel``);
-- ``queued`` and ``running`` are the fleet's, before a task ends.
+- ``queued`` and ``running`` are the fleet's, before a task ends;
+- ``unreadable`` is the views': a row whose file or record was refused when read.
 
 Pure: imports nothing of the runner, touches no file.
 """
@@ -39,6 +40,7 @@ class TaskState(StrEnum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    UNREADABLE = "unreadable"  # a view's row whose record was refused when read (the views say why)
 
 
 FINAL_STATES = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED})

@@ -10,7 +10,9 @@ task. The snapshot (``run-ledger.json``, same format as ever, and its Markdown)
 is rewritten when the journal has grown by an eighth of the rows, when a minute
 (and at least twenty times the last rewrite's duration) has passed, and when the
 batch ends; so an upsert costs a constant amortized.
-Loading replays the journal over the snapshot (a torn last line is ignored).
+Loading replays the journal over the snapshot (a torn last line is ignored). Both are read
+through ``runner.bounded_read`` (inside the jobs dir, regular files, bounded in size, depth
+and line length), so a planted FIFO or a 600 MB line cannot hang or exhaust the batch.
 
 With attempts (``--attempts K``) a row is one attempt (``tag`` + ``attempt``) and the
 ledger adds a summary per tag: n attempts scored (``done``: the agent had its say, no
@@ -20,18 +22,19 @@ infrastructure failure ended it), c resolved, pass@1 (c/n, the mean over attempt
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from reducers.markers import compact_input_error
 from reducers.outcome import TaskFacts, TaskState
 from reducers.passk import infra_label, pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.atomic import write_bytes_atomic
+from runner.bounded_read import UnreadableFileError, iter_bounded_lines, read_bounded_json
 from runner.errors import CompactInputError
 from reducers.guard import check_public
 from runner.public import publish
@@ -44,6 +47,13 @@ COMPACT_SECONDS = 60.0
 SCHEMA = "benchmark_run_ledger_v1"
 # The states of a v0 row (how the task process ended), read and upgraded to the one TaskState.
 V0_STATES = frozenset({"completed", "failed", "bad_input", "bad_environment", "interrupted"})
+# Far above what the runner writes (a row is under 1 KB, a snapshot of 100,000 rows about 70 MB,
+# a journal is compacted at an eighth of the rows), low enough that a planted file cannot exhaust
+# memory: the snapshot is held whole, the journal streamed (a line at a time; reading 1 GiB takes a second).
+LEDGER_MAX_BYTES = 256 << 20
+LEDGER_MAX_DEPTH = 32
+JOURNAL_LINE_MAX_BYTES = 64 << 10
+JOURNAL_MAX_BYTES = 1 << 30
 
 
 class LedgerRow(TaskFacts):
@@ -100,6 +110,7 @@ def _order(row: LedgerRow) -> tuple[str, int]:
 
 class RunLedger:
     def __init__(self, jobs_dir: Path, private_texts: list[str]) -> None:
+        self.jobs_dir = jobs_dir
         self.json_path = jobs_dir / LEDGER_JSON
         self.md_path = jobs_dir / LEDGER_MD
         self.journal_path = jobs_dir / LEDGER_JOURNAL
@@ -110,30 +121,42 @@ class RunLedger:
         self._compact_seconds = 0.0
 
     def _load(self) -> dict[str, LedgerRow]:
-        if not self.json_path.exists():
+        if not os.path.lexists(self.json_path):
             return {}
         try:
-            raw = json.loads(self.json_path.read_text(encoding="utf-8"))
+            raw = read_bounded_json(self.json_path, root=self.jobs_dir, max_bytes=LEDGER_MAX_BYTES,
+                                    max_depth=LEDGER_MAX_DEPTH)
             rows = [LedgerRow.from_disk(row) for row in raw["rows"]]  # "tasks"/"suite" are derived
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        except UnreadableFileError as e:
+            raise CompactInputError(LEDGER_JSON, "", f"unreadable ({e.unreadable.value}); move it aside") from e
+        except (KeyError, TypeError) as e:
             raise CompactInputError(LEDGER_JSON, "rows", f"unreadable ({type(e).__name__}); move it aside") from e
         except ValidationError as e:
             raise compact_input_error(LEDGER_JSON, e) from e
         return {row.key: row for row in rows}
 
     def _replay(self) -> int:
-        """Rows appended since the last snapshot; a torn line (a crash mid-append) is skipped."""
-        if not self.journal_path.exists():
+        """Rows appended since the last snapshot; a torn line (a crash mid-append) or an overlong one is skipped.
+
+        Raises:
+            CompactInputError: the journal is not a regular file in the jobs dir, or is far too large.
+        """
+        if not os.path.lexists(self.journal_path):
             return 0
         entries = 0
-        with self.journal_path.open("rb") as journal:
-            for line in journal:
+        try:
+            for line in iter_bounded_lines(self.journal_path, root=self.jobs_dir, max_line_bytes=JOURNAL_LINE_MAX_BYTES,
+                                           max_total_bytes=JOURNAL_MAX_BYTES):
+                if line.data is None:
+                    continue  # an overlong line: skipped like a torn one
                 try:
-                    row = LedgerRow.from_disk(json.loads(line))
-                except (ValueError, ValidationError):
+                    row = LedgerRow.from_disk(from_json(line.data))  # pydantic-core's parser: bounded depth
+                except ValueError:  # not JSON, or not a row (ValidationError is a ValueError)
                     continue
                 self.rows[row.key] = row
                 entries += 1
+        except UnreadableFileError as e:
+            raise CompactInputError(LEDGER_JOURNAL, "", f"unreadable ({e.unreadable.value}); move it aside") from e
         return entries
 
     def upsert(self, row: LedgerRow) -> None:

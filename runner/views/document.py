@@ -15,7 +15,7 @@ from runner.views.stats import summarize, tag_summaries
 
 
 def outcome(row: TaskRow) -> str:
-    """One word for a row: resolved, unresolved, infra, failed, queued, running or cancelled."""
+    """One word for a row: resolved, unresolved, infra, failed, queued, running, cancelled or unreadable."""
     if row.state is TaskState.DONE:
         return "resolved" if row.resolved else "unresolved"
     if row.state is TaskState.FAILED:
@@ -38,6 +38,7 @@ def _row_view(row: TaskRow) -> dict[str, Any]:
         "phase_seconds": dict(row.phase_seconds),
         "wall_seconds": row.wall_seconds,
         "tokens": dict(row.tokens),
+        "unreadable": row.unreadable.value if row.unreadable is not None else None,
     }
 
 

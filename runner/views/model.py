@@ -12,10 +12,11 @@ from __future__ import annotations
 import threading
 from typing import Protocol, runtime_checkable
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from reducers.models import Frozen, Phase
-from reducers.outcome import FINISHED_STATES, TaskState  # noqa: F401 (the views' states are the ledgers')
+from reducers.outcome import FINISHED_STATES, TaskState  # noqa: F401 (the views' states are the ledgers', re-exported)
+from runner.bounded_read import Unreadable
 
 # The phases a task reports durations for, in pipeline order (reduce is bookkeeping).
 TIMED_PHASES: tuple[str, ...] = tuple(p.value for p in Phase if p is not Phase.REDUCE)
@@ -71,6 +72,13 @@ class TaskRow(Frozen):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     wall_seconds: float | None = Field(default=None, ge=0)
     tokens: dict[str, int] = Field(default_factory=dict)
+    unreadable: Unreadable | None = None  # why, for an unreadable row (and only for one)
+
+    @model_validator(mode="after")
+    def _unreadable_says_why(self) -> TaskRow:
+        if (self.state is TaskState.UNREADABLE) != (self.unreadable is not None):
+            raise ValueError("an unreadable row, and only one, gives its reason (unreadable)")
+        return self
 
     @field_validator("phase_seconds")
     @classmethod

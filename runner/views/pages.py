@@ -46,13 +46,32 @@ def tasks_table(doc: dict[str, Any]) -> str:
         cells = [
             esc(row["suite"]), esc(row["tag"]), esc(row["attempt"]),
             esc(row["state"]), esc(row["host"] or "-"), esc(row["phase"] or "-"),
-            badge(row["outcome"], row["outcome"]), esc(row["failure_label"] or "-"),
+            badge(row["outcome"], row["outcome"]), esc(row["failure_label"] or row["unreadable"] or "-"),
             *(esc(fmt_seconds(row["phase_seconds"].get(phase))) for phase in TIMED_PHASES),
             esc(fmt_seconds(row["wall_seconds"])),
             esc(row["tokens"].get("input", 0)), esc(row["tokens"].get("output", 0)),
         ]
         rows.append(cells)
     return table(headers, rows, css_class="tasks", raw=True)
+
+
+def task_label(row: dict[str, Any]) -> str:
+    """``tag #attempt``; a row standing for a place in a file (attempt 0, ``ledger-row-3``) is its name alone."""
+    return f"{row['tag']} #{row['attempt']}" if row["attempt"] else row["tag"]
+
+
+def unreadable_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """(task, reason) of every unreadable row: a file or a row of the jobs dir that was refused."""
+    return [[task_label(row), row["unreadable"]] for row in doc["rows"] if row["unreadable"]]
+
+
+def unreadable_section(doc: dict[str, Any]) -> str:
+    rows = unreadable_rows(doc)
+    if not rows:
+        return ""
+    return ('<h2>Unreadable</h2><p class="muted">files or rows refused (a FIFO, a link out of the jobs dir, too large, '
+            "not UTF-8, nested too deep, a row that does not validate); the other rows stand</p>"
+            + table(["task", "reason"], rows, css_class="unreadable"))
 
 
 def health_section(doc: dict[str, Any]) -> str:
@@ -80,6 +99,7 @@ def render_status_page(doc: dict[str, Any], *, refresh_seconds: int = 5) -> str:
         + summary_cards(doc)
         + states_chart(doc)
         + health_section(doc)
+        + unreadable_section(doc)
         + "<h2>Tasks</h2>"
         + tasks_table(doc)
     )

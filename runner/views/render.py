@@ -12,6 +12,7 @@ from html import escape
 STATE_COLORS = {
     "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#6a1b9a",
     "queued": "#9e9e9e", "running": "#1565c0", "cancelled": "#616161", "done": "#2e7d32",
+    "unreadable": "#795548",
 }
 # Nothing may be fetched: the page is whole as written (a report opens offline).
 CSP = "default-src 'none'; style-src 'unsafe-inline'"

@@ -1,4 +1,4 @@
-"""``python -m runner report``: one self-contained HTML file (or Markdown) about a suite.
+"""The suite report: one self-contained HTML file (or Markdown) about a suite (``python -m runner report``).
 
 Invariants: the file opens offline (no script, no link, no external URL; charts are
 inline SVG from ``runner.views.render``); it is rendered from the public document,
@@ -8,31 +8,18 @@ HTML and the Markdown carry the same numbers.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-from runner.atomic import write_bytes_atomic
-from runner.errors import BadInputError, REFUSALS, exit_code_of
-from runner.logs import configure_logging
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
-from runner.views.pages import summary_cards, tasks_table
-from runner.views.public import view_private_texts
+from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
 from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
-from runner.views.sources import rows_from_jobs_dir, rows_from_suite
 
 log = structlog.get_logger(__name__)
 
 TOKEN_SEGMENTS = ["input (uncached)", "input (cached)", "output"]
-
-
-def _task_label(row: dict[str, Any]) -> str:
-    return f"{row['tag']} #{row['attempt']}"
 
 
 def _token_segments(tokens: dict[str, int]) -> list[float]:
@@ -66,9 +53,9 @@ def render_html(doc: dict[str, Any]) -> str:
     by_attempt = [(f"attempt {k}", v, f"attempt {k}: {fmt_rate(v)} resolved") for k, v in summary["rate_by_attempt"].items()]
     pass_bars = [(f"pass@{k}", v, f"pass@{k} = {fmt_rate(v)}") for k, v in summary["pass_at"].items()]
     labels = [(label, float(count), f"{label}: {count}") for label, count in summary["failure_labels"]]
-    phase_rows = [(_task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
+    phase_rows = [(task_label(r), [float(r["phase_seconds"].get(p, 0.0)) for p in TIMED_PHASES]) for r in rows
                   if r["phase_seconds"]]
-    token_rows = [(_task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
+    token_rows = [(task_label(r), _token_segments(r["tokens"])) for r in rows if any(r["tokens"].values())]
     body = (
         f"<h1>{esc(doc['title'])}</h1><p class=\"muted\">generated {esc(doc['generated_at'])}; "
         "rates count finished tasks; pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the attempts "
@@ -87,6 +74,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + stacked_bars("phase-time", phase_rows, list(TIMED_PHASES), value_text=fmt_seconds)
         + "<h2>Tokens per task</h2>"
         + stacked_bars("tokens", token_rows, TOKEN_SEGMENTS, value_text=lambda v: f"{v:,.0f}")
+        + unreadable_section(doc)
         + "<h2>Tasks</h2>"
         + tasks_table(doc)
     )
@@ -117,59 +105,18 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _md_table(["label", "tasks"], [[label, str(count)] for label, count in s["failure_labels"]])
     lines += ["## Time per phase per task", ""]
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
-                       [[_task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
+                       [[task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
                          fmt_seconds(r["wall_seconds"])] for r in doc["rows"]])
     lines += ["## Tokens per task", ""]
     lines += _md_table(["task", "input", "cached input", "output"],
-                       [[_task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
+                       [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
                         for r in doc["rows"]])
+    if unreadable_rows(doc):
+        lines += ["## Unreadable", ""]
+        lines += _md_table(["task", "reason"], unreadable_rows(doc))
     return "\n".join(lines)
 
 
 def build_report(rows: list[TaskRow], *, title: str, output_format: str, private_texts: list[str]) -> str:
     doc = suite_document(title, rows, private_texts)
     return render_markdown(doc) if output_format == "markdown" else render_html(doc)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m runner report",
-        description="A suite's report: one self-contained HTML file with charts (or the same numbers as Markdown).",
-    )
-    parser.add_argument("--jobs-dir", type=Path, help="a local batch: DIR/run-ledger.json and each task's compact files")
-    parser.add_argument("--suite", help="a daemon suite's name (with --broker)")
-    parser.add_argument("--broker", help="the daemon's broker URL, redis://HOST:PORT/DB (with --suite)")
-    parser.add_argument("--out", type=Path, required=True, help="the file to write (report.html or report.md)")
-    parser.add_argument("--format", dest="output_format", choices=["html", "markdown"], default="html")
-    parser.add_argument("--title", help="the report's title (default: the suite's name, or 'local batch')")
-    return parser
-
-
-def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], list[str], str]:
-    if args.jobs_dir is not None:
-        if args.suite or args.broker:
-            raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
-        jobs_dir = args.jobs_dir.expanduser().resolve()
-        return rows_from_jobs_dir(jobs_dir), [str(jobs_dir)], "local batch"
-    if not (args.suite and args.broker):
-        raise BadInputError("report needs --jobs-dir DIR, or both --suite NAME and --broker URL")
-    return rows_from_suite(args.broker, args.suite), [args.broker], f"suite {args.suite}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging()
-    try:
-        rows, private, default_title = _rows(args)
-        text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
-                            private_texts=view_private_texts(private))
-        write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
-    except REFUSALS as e:
-        log.error("report_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner report: {e}", file=sys.stderr)
-        return int(exit_code_of(e))
-    except OSError as e:
-        print(f"runner report: cannot write --out ({e.strerror or type(e).__name__})", file=sys.stderr)
-        return 3
-    print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows), "out": args.out.name}))
-    return 0

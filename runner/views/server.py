@@ -5,13 +5,23 @@ built from a ``StatusSource`` snapshot through the public guard; metric label va
 come only from closed sets (task state, phase, token kind, outcome, slot state, check
 name pattern); the metrics live in the server's own ``CollectorRegistry``, so two
 servers in one process (tests) never share a counter. Binds loopback unless told otherwise.
+
+Bounded, so that idle or slow clients cannot hold the worker's threads: at most
+``MAX_CONNECTIONS`` connections have a thread at once (a new one takes the place of the one
+that has waited longest for its request; with every connection busy it gets 503); a request
+line and headers must arrive within ``REQUEST_TIMEOUT_SECONDS`` of the connection or of the
+previous response, however slowly they trickle in; a response may take ``WRITE_TIMEOUT_SECONDS``
+to a client that does not read; closing the server closes its connections.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import socket
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +42,11 @@ log = structlog.get_logger(__name__)
 PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 OUTCOMES = ("resolved", "unresolved", "infra", "failed")
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+REQUEST_TIMEOUT_SECONDS = 5.0
+WRITE_TIMEOUT_SECONDS = 30.0
+MAX_CONNECTIONS = 32
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 33\r\n"
+         b"Retry-After: 1\r\nConnection: close\r\n\r\nbusy: every connection is in use\n")
 
 
 class SuiteMetrics:
@@ -131,9 +146,115 @@ class ViewConfig:
     metrics: SuiteMetrics
 
 
+@dataclass
+class _Connection:
+    sock: socket.socket
+    waiting_since: float | None  # waiting for its (next) request since then; None while a response is made
+    evicted: bool = False
+
+
+def _shut(sock: socket.socket) -> None:
+    """End a connection from any thread: its handler's read returns at once (EOF) and the thread ends."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already gone
+
+
+class _Connections:
+    """The server's live connections, at most ``limit`` of them admitted at once.
+
+    Why the eviction: refusing a new connection while idle ones hold every place would let
+    a few idle clients (or one slow-loris) take /healthz away; so the one that has waited
+    longest for its request makes way. Evicted ones still count until their thread ends
+    (at once, their socket shut), and never more than ``limit`` of them.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._live: dict[int, _Connection] = {}
+
+    def admit(self, sock: socket.socket) -> bool:
+        with self._lock:
+            active = [c for c in self._live.values() if not c.evicted]
+            if len(active) >= self.limit:
+                waiting = [c for c in active if c.waiting_since is not None]
+                if not waiting or len(self._live) >= 2 * self.limit:
+                    return False
+                oldest = min(waiting, key=lambda c: c.waiting_since or 0.0)
+                oldest.evicted = True
+                _shut(oldest.sock)
+            self._live[id(sock)] = _Connection(sock, time.monotonic())
+            return True
+
+    def mark(self, sock: socket.socket, *, waiting: bool) -> None:
+        with self._lock:
+            connection = self._live.get(id(sock))
+            if connection is not None:
+                connection.waiting_since = time.monotonic() if waiting else None
+
+    def release(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._live.pop(id(sock), None)
+
+    def shut_all(self) -> None:
+        with self._lock:
+            for connection in self._live.values():
+                connection.evicted = True
+                _shut(connection.sock)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The request's socket as a stream whose every read stops at the request's deadline.
+
+    Why: a socket timeout alone bounds each read, so a client sending a byte every few seconds
+    would hold its thread for ever; here the request line and headers share one deadline.
+    """
+
+    def __init__(self, handler: _Handler) -> None:
+        super().__init__()
+        self._handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        deadline = self._handler.read_deadline
+        sock = self._handler.connection
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive in time")
+            sock.settimeout(left)
+        return sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _ViewServer
     protocol_version = "HTTP/1.1"
+    timeout = WRITE_TIMEOUT_SECONDS  # the socket's, until a request's deadline takes over
+    read_deadline: float | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the stdlib's reader, closed so that the socket really closes at the end
+        self.rfile = io.BufferedReader(_DeadlineReader(self))
+
+    def handle_one_request(self) -> None:
+        """One request, whose line and headers must all arrive before its deadline."""
+        self.read_deadline = time.monotonic() + self.server.request_timeout
+        self.server.connections.mark(self.connection, waiting=True)
+        super().handle_one_request()
+
+    def _begin_response(self) -> None:
+        self.read_deadline = None
+        self.server.connections.mark(self.connection, waiting=False)
+        self.connection.settimeout(self.server.write_timeout)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         """Access lines go to structlog at debug level, not to stderr as text."""
@@ -149,38 +270,83 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        config = self.server.config
+        self._begin_response()
         path = self.path.split("?", 1)[0]
         try:
-            if path == "/healthz":
-                health = config.source.health()
-                body = public_document("healthz", health_view(health), config.private_texts)
-                status = HTTPStatus.OK if health.healthy else HTTPStatus.SERVICE_UNAVAILABLE
-                self._send(status, json.dumps(body, indent=2).encode(), "application/json")
-            elif path == "/metrics":
-                config.metrics.sync(config.source.rows(), config.source.health())
-                self._send(HTTPStatus.OK, config.metrics.exposition(), CONTENT_TYPE_LATEST)
-            elif path in ("/", "/index.html"):
-                doc = suite_document(config.title, config.source.rows(), config.private_texts,
-                                     health=config.source.health())
-                html = render_status_page(doc, refresh_seconds=config.refresh_seconds)
-                self._send(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8")
-            else:
-                self._send(HTTPStatus.NOT_FOUND, b"not found: try / , /healthz or /metrics\n", "text/plain")
+            status, body, content_type = self._response(path)
         except Exception as e:  # a bad snapshot must not kill the server; its text may be private
             log.error("view_failed", path=path if path in ("/", "/healthz", "/metrics") else "other",
                       error_type=type(e).__name__)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, f"view failed ({type(e).__name__})\n".encode(), "text/plain")
+            status, body, content_type = (HTTPStatus.INTERNAL_SERVER_ERROR,
+                                          f"view failed ({type(e).__name__})\n".encode(), "text/plain")
+        self._send(status, body, content_type)  # a client gone meanwhile: handle_error, not a second answer
+
+    def _response(self, path: str) -> tuple[HTTPStatus, bytes, str]:
+        config = self.server.config
+        if path == "/healthz":
+            health = config.source.health()
+            body = public_document("healthz", health_view(health), config.private_texts)
+            status = HTTPStatus.OK if health.healthy else HTTPStatus.SERVICE_UNAVAILABLE
+            return status, json.dumps(body, indent=2).encode(), "application/json"
+        if path == "/metrics":
+            config.metrics.sync(config.source.rows(), config.source.health())
+            return HTTPStatus.OK, config.metrics.exposition(), CONTENT_TYPE_LATEST
+        if path in ("/", "/index.html"):
+            doc = suite_document(config.title, config.source.rows(), config.private_texts,
+                                 health=config.source.health())
+            html = render_status_page(doc, refresh_seconds=config.refresh_seconds)
+            return HTTPStatus.OK, html.encode(), "text/html; charset=utf-8"
+        return HTTPStatus.NOT_FOUND, b"not found: try / , /healthz or /metrics\n", "text/plain"
 
 
 class _ViewServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: a burst of clients waits in the kernel, not in SYN retries
 
-    def __init__(self, address: tuple[str, int], config: ViewConfig) -> None:
+    def __init__(self, address: tuple[str, int], config: ViewConfig, *, max_connections: int = MAX_CONNECTIONS,
+                 request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+                 write_timeout: float = WRITE_TIMEOUT_SECONDS) -> None:
         self.config = config
+        self.connections = _Connections(max_connections)
+        self.request_timeout = request_timeout
+        self.write_timeout = write_timeout
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connections.admit(request):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread for it: its place is free again
+            self.connections.release(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release(request)
+
+    def _refuse(self, request: socket.socket) -> None:
+        """503 and close, from the accepting thread: a few bytes to a new socket do not block."""
+        try:
+            request.settimeout(1.0)
+            request.sendall(_BUSY)
+        except OSError:
+            pass
+        log.debug("views_busy", connections=len(self.connections))
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request: a debug line, not a traceback on stderr."""
+        log.debug("views_connection_failed", error_type=type(sys.exc_info()[1]).__name__)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.connections.shut_all()
 
 
 def make_server(
@@ -192,17 +358,20 @@ def make_server(
     private_texts: list[str] | None = None,
     refresh_seconds: int = 5,
     counted_host: str | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    request_timeout: float = REQUEST_TIMEOUT_SECONDS,
 ) -> _ViewServer:
     """A bound, not yet serving, server (``port=0`` picks a free port: ``server.server_address``).
 
     ``private_texts``: this host's own (its jobs dir, the broker URL), added to the home
-    directory and the secret values; ``counted_host``: see ``SuiteMetrics``.
+    directory and the secret values; ``counted_host``: see ``SuiteMetrics``;
+    ``max_connections``, ``request_timeout``: see the module's docstring.
     """
     if host not in LOOPBACK:
         log.warning("views_not_loopback", host=host, hint="the status page is readable by anyone who reaches it")
     config = ViewConfig(source=source, title=title, private_texts=view_private_texts(private_texts or []),
                         refresh_seconds=refresh_seconds, metrics=SuiteMetrics(counted_host))
-    return _ViewServer((host, port), config)
+    return _ViewServer((host, port), config, max_connections=max_connections, request_timeout=request_timeout)
 
 
 def serve(source: StatusSource, host: str = "127.0.0.1", port: int = 0, **options: Any) -> None:
