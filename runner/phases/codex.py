@@ -196,8 +196,8 @@ def codex(ctx: JobContext) -> CodexResult:
             raise PhaseError("codex", "agent_not_contained", f"{e}; the attempt is not trusted") from e
         finally:
             stragglers = kill_descendants()  # the agent's commands, in groups of their own
-            if stragglers:
-                log.warning("codex_stragglers_killed", count=stragglers)
+            if stragglers:  # the agent's leftover commands: ended as the contract says, not a fault
+                log.info("codex_stragglers_killed", count=stragglers)
             tampered = snapshot.restore()
             for path, handle in ((stdout_path, out), (stderr_path, err)):
                 if not same_file(handle, path):

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from runner.containment import signals
 from runner.containment.parent_death import follow_batch_parent
 from runner.containment.standard_streams import guard_standard_streams
-from runner.errors import REFUSALS, BadInputError, ExitCode, exit_code_of
+from runner.entry import refused
+from runner.errors import REFUSALS, BadInputError, ExitCode
 from runner.jobroot import written_run
 from runner.logs import configure_logging
 from runner.pipeline import execute
@@ -45,6 +46,12 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
         BadInputError, EnvironmentNotReadyError, JobRootUnwritableError: as ``pipeline.execute``.
     """
     settings = resolve(request.spec, request.host, job_root=request.job_root)
+    # In the task's own (private) log: what this task runs with, whichever driver handed it over.
+    log.info("task_settings_resolved", tag=settings.tag, image=settings.resolved_image, source_dir=settings.source_dir,
+             apply_cmd=settings.apply_cmd, test_cmd=settings.test_cmd, eval_network=settings.eval_network.value,
+             eval_timeout=settings.eval_timeout, codex_timeout=settings.codex_timeout, model=settings.model,
+             codex_profile=settings.codex_profile, codex_config=list(settings.codex_config),
+             patch_exclude=list(settings.patch_exclude), from_profile=list(settings.profile_fields))
     result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))
     return TaskOutcome(exit_code=result.exit_code, message=result.message, reduced=result.reduced,
                        run=written_run(settings.job_root))
@@ -72,9 +79,7 @@ def main(argv: list[str]) -> int:
             raise BadInputError(f"the task request is not valid ({e.error_count()} problem(s))") from e
         outcome = run(request, send)
     except REFUSALS as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner: {e}", file=sys.stderr)
-        outcome = TaskOutcome(exit_code=int(exit_code_of(e)), message=str(e))
+        outcome = TaskOutcome(exit_code=refused("runner", e), message=str(e))
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
         outcome = TaskOutcome(exit_code=int(ExitCode.INTERRUPTED), message="interrupted")
