@@ -23,6 +23,7 @@ from tests.conftest import (
     cli_environment,
     log_events,
     make_job_root,
+    mounted_tmpfs,
     read_json,
     run_cli,
     runner_containers,
@@ -385,19 +386,10 @@ def test_a_second_run_on_the_same_job_root_is_refused(tmp_path: Path, stub_image
 
 # --- disks --------------------------------------------------------------------------------
 
-def _mount_tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); needs root")
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    mount = tmp_path / "disk"
-    _mount_tmpfs(mount, "2m")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with mounted_tmpfs(tmp_path / "disk", "2m") as mount:
+        yield mount
 
 
 def _no_half_written_files(job: Path) -> None:
