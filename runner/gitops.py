@@ -114,12 +114,17 @@ def pack_baseline_into(baseline: Repo, bare_dir: Path) -> None:
 
     Stored, not compressed, and without deltas: packing 20,000 files then takes a fraction
     of a second rather than many seconds, and a checkout from it inflates nothing.
+    git writes a pack to a temporary file in its object directory and renames it into place;
+    so ``bare_dir``'s objects are that directory here (the baseline's are only read, as an
+    alternate for this one command): the rename stays on ``bare_dir``'s file system, where a
+    temporary file in the job's would fail to cross to another (EXDEV) and fill the job's disk.
     """
     _Repo.init(bare_dir, bare=True, initial_branch=BRANCH)
-    pack_prefix = bare_dir / "objects" / "pack" / "pack"
+    objects = bare_dir / "objects"
     baseline.git.execute(
-        ["git", "pack-objects", "--revs", "--window=0", "--depth=0", "--compression=0", "-q", str(pack_prefix)],
+        ["git", "pack-objects", "--revs", "--window=0", "--depth=0", "--compression=0", "-q", str(objects / "pack" / "pack")],
         istream=_ref_input(BRANCH),
+        env={"GIT_OBJECT_DIRECTORY": str(objects), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(baseline.git_dir) / "objects")},
     )
     cached = open_baseline(bare_dir, bare_dir)
     cached.git.update_ref(f"refs/heads/{BRANCH}", baseline.head.commit.hexsha)
