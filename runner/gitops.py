@@ -11,13 +11,16 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from typing import Any
 
-from git import Git, Repo
+from git import Git, GitCommandError, Repo
 
 from runner.containment import die_with_parent_prefix
 
@@ -52,6 +55,24 @@ _SAFE_CONFIG = {
     ("gc", "auto"): "0",
     ("maintenance", "auto"): "false",
 }
+
+
+# What git says (its LC_ALL is C) when a write fails for want of space: strerror, or its own words.
+_DISK_FULL = {"No space left on device": errno.ENOSPC, "Out of diskspace": errno.ENOSPC,
+              "Disk quota exceeded": errno.EDQUOT}
+
+
+@contextmanager
+def disk_full_is_the_disks() -> Iterator[None]:
+    """A git that failed for want of space raises ``OSError(ENOSPC)``: the run then says the disk
+    is full (free space, run again), where git's own error would say only that git failed."""
+    try:
+        yield
+    except GitCommandError as e:
+        code = next((code for text, code in _DISK_FULL.items() if text in str(e.stderr or "")), None)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code)) from e
 
 
 # Lock files a git process holds while it writes; one left behind means that git died.
@@ -128,6 +149,17 @@ def pack_baseline_into(baseline: Repo, bare_dir: Path) -> None:
     )
     cached = open_baseline(bare_dir, bare_dir)
     cached.git.update_ref(f"refs/heads/{BRANCH}", baseline.head.commit.hexsha)
+
+
+def branch_commit(git_dir: Path) -> str:
+    """The commit the baseline branch of ``git_dir`` names, as git itself reads it.
+
+    Git, not GitPython's parsers, reads the repository: a damaged ``HEAD`` or config is then
+    a ``GitCommandError`` like any other damage, never another exception type.
+    """
+    git = _DyingGit()
+    git.update_environment(GIT_DIR=str(git_dir), **_ISOLATION)
+    return git.rev_parse("--verify", f"refs/heads/{BRANCH}^{{commit}}")
 
 
 def _ref_input(branch: str) -> Any:

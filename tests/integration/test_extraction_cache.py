@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from runner.jobroot import JobRoot
 from runner.trees import walk
 from tests.conftest import (
     TEST_SESSION,
+    fill_up,
     log_events,
     make_job_root,
     mounted_tmpfs,
@@ -295,3 +297,20 @@ def test_an_agent_writing_into_the_cache_dir_changes_only_its_own_attempt(
     assert done.returncode == 0, done.stderr[-3000:]
     assert _from_cache(last) and _resolved(last)
 
+
+def test_a_cache_on_a_full_disk_falls_back_to_a_plain_extraction(tmp_path: Path, stub_image: str) -> None:
+    with mounted_tmpfs(tmp_path / "cache-disk", "1m") as disk:
+        cache = disk / "cache"
+        cache.mkdir(mode=0o700)  # the cache was there; then its disk filled up
+        fill_up(disk)
+        for name in ("a", "b"):
+            job = make_job_root(tmp_path / name)
+            done = run_cli("--execute", *stub_args(job, stub_image), env=_cache_env(cache))
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert _resolved(job) and not _from_cache(job)
+            (failed,) = log_events(done.stderr, "cache_fill_failed")
+            assert failed["level"] == "warning" and failed["reason"] == "OSError: ENOSPC", failed
+            assert failed["free_bytes"] < 65536 and "--cache-dir" in failed["action"]
+            assert str(tmp_path) not in json.dumps(failed)
+            assert read_json(job / "benchmark_run.compact.json")["source_from_cache"] is False
+            assert not [p.name for p in cache.iterdir() if not p.name.endswith(".lock")]  # no half-made entry
