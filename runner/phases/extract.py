@@ -4,6 +4,7 @@ Invariants: the container is created and never started, and removed when done;
 the archive streams into the extractor chunk by chunk; only ``--source-dir`` is
 copied and its ``.git`` is left out, so no oracle reaches the agent; the tree
 lands in a scratch directory first and is renamed into place only when whole;
+an extract that fails leaves no tree (a rerun could not tell it from an operator's);
 the extraction cache can only save work, never fail the attempt.
 """
 
@@ -101,10 +102,19 @@ def extract(ctx: JobContext) -> ExtractResult:
 
 
 def _fill(ctx: JobContext, cache: ExtractionCache, key: str, result: ExtractResult) -> None:
-    """Commit the baseline of the tree just placed and store both in the cache (a failed store is
-    the cache's warning only)."""
+    """Commit the baseline of the tree just placed and store both in the cache.
+
+    A failed or interrupted commit removes the tree and the baseline: once the failure
+    is recorded, the journal no longer says the tree is the runner's own, and the rerun would
+    refuse it as an operator's. A failed store is the cache's warning only.
+    """
     job = ctx.job
-    build_baseline(job)
+    try:
+        build_baseline(job)
+    except BaseException:
+        for made in (job.baseline_git_dir, job.buggy_source):
+            remove_tree(made)
+        raise
     cache.store(
         key, image_id=result.image_id, source_dir=ctx.settings.source_dir, baseline_git_dir=job.baseline_git_dir,
         tree=job.buggy_source, image_digest=result.image_digest,
