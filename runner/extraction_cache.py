@@ -15,11 +15,14 @@ Invariants:
   attempt extracts again;
 - one lock per key (``flock``): two first attempts on one image extract once, the
   second waits and then takes the entry;
-- its size is bounded: after a fill, least recently used entries go until the rest fit.
+- its size is bounded: after a fill, least recently used entries go until the rest fit;
+- it never fails a run: a cache whose file system refuses it (full, read-only, another
+  disk than the job's) is a warning, and the attempt extracts without it.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -42,7 +45,14 @@ from runner.context import sha256_file
 from runner.errors import RunnerError
 from runner.journal import default_state_dir
 from runner.settings import RunnerSettings
-from runner.gitops import BRANCH, checkout_baseline, init_baseline, open_baseline, pack_baseline_into
+from runner.gitops import (
+    branch_commit,
+    checkout_baseline,
+    disk_full_is_the_disks,
+    init_baseline,
+    open_baseline,
+    pack_baseline_into,
+)
 from runner.trees import remove_tree, walk
 
 log = structlog.get_logger(__name__)
@@ -53,6 +63,9 @@ BASELINE_DIR = "baseline.git"
 EXTRAS_TAR = "extras.tar"  # what git does not keep: ignored files, empty directories
 SCHEMA = "extract_cache_entry_v1"
 GIB = 1024**3
+# What the cache's own file operations and git raise when its disk or an entry fails it.
+CACHE_FAULTS: tuple[type[Exception], ...] = (OSError, GitCommandError, tarfile.TarError)
+WITHOUT_THE_CACHE = "extracted without the cache; free space on its disk or move it with --cache-dir"
 
 
 class CacheEntryError(RunnerError):
@@ -110,6 +123,16 @@ class CacheListing:
         }
 
 
+def why(error: BaseException) -> str:
+    """A public-safe cause: the error's type and errno name, or git's exit status; never its
+    text, which names paths."""
+    if isinstance(error, OSError) and error.errno:
+        return f"{type(error).__name__}: {errno.errorcode.get(error.errno, error.errno)}"
+    if isinstance(error, GitCommandError):
+        return f"git exited {error.status}"
+    return type(error).__name__
+
+
 def cache_key(image_id: str, source_dir: str) -> str:
     return hashlib.sha256(f"{image_id}\0{source_dir}".encode()).hexdigest()[:32]
 
@@ -136,11 +159,24 @@ class ExtractionCache:
     def entry_dir(self, key: str) -> Path:
         return self.root / key
 
+    def free_bytes(self) -> int | None:
+        try:
+            found = os.statvfs(self.root)
+        except OSError:
+            return None
+        return found.f_bavail * found.f_frsize
+
     @contextmanager
     def locked(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
-        """Hold the key's lock for the block; yields False when ``blocking`` is off and it is held."""
-        self._ensure_root()
-        fd = os.open(self.root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Hold the key's lock for the block; yields False when ``blocking`` is off and it is held,
+        or when the cache's file system refuses the lock (``cache_unavailable``): go without it."""
+        try:
+            self._ensure_root()
+            fd = os.open(self.root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            log.warning("cache_unavailable", key=key[:12], reason=why(e), action=WITHOUT_THE_CACHE)
+            yield False
+            return
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -171,7 +207,10 @@ class ExtractionCache:
             log.warning("cache_entry_discarded", key=key[:12], reason=str(e))
             self.discard(key)
             return None
-        os.utime(self.entry_dir(key) / ENTRY_FILE)  # least recently used is by this time
+        try:
+            os.utime(self.entry_dir(key) / ENTRY_FILE)  # least recently used is by this time
+        except OSError:
+            pass  # a read-only cache still serves; its order of use is only a hint
         return record
 
     def _check(self, key: str, record: EntryRecord, *, digests: bool = True) -> None:
@@ -180,21 +219,29 @@ class ExtractionCache:
             raise CacheEntryError(f"cache entry {key[:12]}: records another key")
         for relative, wanted in record.file_sha256.items():
             path = entry / relative
-            if not path.is_file() or path.is_symlink() or (digests and sha256_file(path) != wanted):
+            try:
+                same = path.is_file() and not path.is_symlink() and (not digests or sha256_file(path) == wanted)
+            except OSError:
+                same = False
+            if not same:
                 raise CacheEntryError(f"cache entry {key[:12]}: {relative} is not what was stored")
         try:
-            head = open_baseline(entry / BASELINE_DIR, entry).git.rev_parse("--verify", f"refs/heads/{BRANCH}^{{commit}}")
+            head = branch_commit(entry / BASELINE_DIR)
         except GitCommandError as e:
             raise CacheEntryError(f"cache entry {key[:12]}: its baseline does not resolve") from e
         if head != record.baseline_commit:
             raise CacheEntryError(f"cache entry {key[:12]}: its baseline is not the recorded commit")
 
     def discard(self, key: str) -> None:
+        """Remove ``key``'s entry; a file system that refuses is a warning (the next lookup checks it again)."""
         entry = self.entry_dir(key)
-        if entry.exists():
-            trash = self.root / f".trash-{key}-{uuid.uuid4().hex[:8]}"
-            entry.rename(trash)
-            remove_tree(trash)
+        try:
+            if entry.exists() or entry.is_symlink():
+                trash = self.root / f".trash-{key}-{uuid.uuid4().hex[:8]}"
+                entry.rename(trash)
+                remove_tree(trash)
+        except OSError as e:
+            log.warning("cache_unavailable", key=key[:12], reason=why(e), action="the entry stays until it can go")
 
     def store(
         self,
@@ -206,8 +253,25 @@ class ExtractionCache:
         baseline_git_dir: Path,
         tree: Path,
         stats: TreeStats,
+    ) -> EntryRecord | None:
+        """Fill ``key`` from a job's fresh extraction (``tree``) and its baseline. Call under the key's lock.
+
+        None when the cache's disk (or git on it) fails the fill: the job has its own tree and
+        baseline already, so that is a warning (``cache_fill_failed``), and nothing half-made stays.
+        """
+        try:
+            with disk_full_is_the_disks():
+                return self._store(key, image_id=image_id, image_digest=image_digest, source_dir=source_dir,
+                                   baseline_git_dir=baseline_git_dir, tree=tree, stats=stats)
+        except CACHE_FAULTS as e:
+            log.warning("cache_fill_failed", key=key[:12], reason=why(e), free_bytes=self.free_bytes(),
+                        action=WITHOUT_THE_CACHE)
+            return None
+
+    def _store(
+        self, key: str, *, image_id: str, image_digest: str | None, source_dir: str, baseline_git_dir: Path,
+        tree: Path, stats: TreeStats,
     ) -> EntryRecord:
-        """Fill ``key`` from a job's fresh extraction (``tree``) and its baseline. Call under the key's lock."""
         self._ensure_root()
         staging = self.root / f".staging-{key}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(mode=0o700)
@@ -246,7 +310,9 @@ class ExtractionCache:
         """A fresh copy for one attempt: its own baseline (pack copied) and its tree checked out from it.
 
         Raises:
-            CacheEntryError: the entry could not be checked out (the caller discards it).
+            CacheEntryError: the entry is bad (the caller discards it).
+            OSError, GitCommandError, tarfile.TarError: the checkout failed and the entry is sound,
+                checked whole: the job's side failed (its disk is full), the entry stays.
         """
         entry = self.entry_dir(key)
         if baseline_git_dir.exists():
@@ -260,8 +326,11 @@ class ExtractionCache:
             for made in (baseline_git_dir, tree):
                 if made.exists():
                     remove_tree(made)
-            if isinstance(e, (GitCommandError, tarfile.TarError, OSError)):
-                raise CacheEntryError(f"cache entry {key[:12]}: checkout failed ({type(e).__name__})") from e
+            if isinstance(e, CACHE_FAULTS):
+                try:
+                    self._check(key, record)
+                except CacheEntryError as bad:
+                    raise bad from e
             raise
 
     def _checkout(self, entry: Path, record: EntryRecord, baseline_git_dir: Path, tree: Path) -> None:

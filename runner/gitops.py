@@ -11,13 +11,16 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from typing import Any
 
-from git import Git, Repo
+from git import Git, GitCommandError, Repo
 
 from runner.containment.agent import die_with_parent_prefix
 
@@ -52,6 +55,24 @@ _SAFE_CONFIG = {
     ("gc", "auto"): "0",
     ("maintenance", "auto"): "false",
 }
+
+
+# What git says (its LC_ALL is C) when a write fails for want of space: strerror, or its own words.
+_DISK_FULL = {"No space left on device": errno.ENOSPC, "Out of diskspace": errno.ENOSPC,
+              "Disk quota exceeded": errno.EDQUOT}
+
+
+@contextmanager
+def disk_full_is_the_disks() -> Iterator[None]:
+    """A git that failed for want of space raises ``OSError(ENOSPC)``: the run then says the disk
+    is full (free space, run again), where git's own error would say only that git failed."""
+    try:
+        yield
+    except GitCommandError as e:
+        code = next((code for text, code in _DISK_FULL.items() if text in str(e.stderr or "")), None)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code)) from e
 
 
 # Lock files a git process holds while it writes; one left behind means that git died.
@@ -114,15 +135,31 @@ def pack_baseline_into(baseline: Repo, bare_dir: Path) -> None:
 
     Stored, not compressed, and without deltas: packing 20,000 files then takes a fraction
     of a second rather than many seconds, and a checkout from it inflates nothing.
+    git writes a pack to a temporary file in its object directory and renames it into place;
+    so ``bare_dir``'s objects are that directory here (the baseline's are only read, as an
+    alternate for this one command): the rename stays on ``bare_dir``'s file system, where a
+    temporary file in the job's would fail to cross to another (EXDEV) and fill the job's disk.
     """
     _Repo.init(bare_dir, bare=True, initial_branch=BRANCH)
-    pack_prefix = bare_dir / "objects" / "pack" / "pack"
+    objects = bare_dir / "objects"
     baseline.git.execute(
-        ["git", "pack-objects", "--revs", "--window=0", "--depth=0", "--compression=0", "-q", str(pack_prefix)],
+        ["git", "pack-objects", "--revs", "--window=0", "--depth=0", "--compression=0", "-q", str(objects / "pack" / "pack")],
         istream=_ref_input(BRANCH),
+        env={"GIT_OBJECT_DIRECTORY": str(objects), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(baseline.git_dir) / "objects")},
     )
     cached = open_baseline(bare_dir, bare_dir)
     cached.git.update_ref(f"refs/heads/{BRANCH}", baseline.head.commit.hexsha)
+
+
+def branch_commit(git_dir: Path) -> str:
+    """The commit the baseline branch of ``git_dir`` names, as git itself reads it.
+
+    Git, not GitPython's parsers, reads the repository: a damaged ``HEAD`` or config is then
+    a ``GitCommandError`` like any other damage, never another exception type.
+    """
+    git = _DyingGit()
+    git.update_environment(GIT_DIR=str(git_dir), **_ISOLATION)
+    return git.rev_parse("--verify", f"refs/heads/{BRANCH}^{{commit}}")
 
 
 def _ref_input(branch: str) -> Any:

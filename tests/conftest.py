@@ -15,6 +15,7 @@ import tempfile
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,40 @@ def no_leaked_containers(docker_client) -> Iterator[None]:
     for container in leaked:
         container.remove(force=True)
     assert not leaked, f"{len(leaked)} runner container(s) left behind: {[c.name for c in leaked]}"
+
+
+@contextmanager
+def mounted_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A real file system of its own at ``path`` (a tmpfs of ``size``, e.g. ``"2m"``), unmounted after:
+    a disk that fills up, or a jobs disk mounted apart from the state dir. Needs root: without it the
+    test skips, and under CI=true it fails (as the Docker tests do)."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        problem = f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); needs root"
+        pytest.fail(problem) if IN_CI else pytest.skip(problem)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill_up(disk: Path, name: str = "ballast") -> Path:
+    """Write zeros to ``disk/name`` until the file system refuses one more byte: a full disk."""
+    import errno
+
+    ballast = disk / name
+    chunk = b"\0" * 65536
+    with open(ballast, "wb", buffering=0) as out:
+        while True:
+            try:
+                out.write(chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    return ballast
+                chunk = chunk[: len(chunk) // 2]
 
 
 def make_job_root(tmp_path: Path, prompt: str = "Fix calc.add.\nfake-codex-mode: fix\n") -> Path:

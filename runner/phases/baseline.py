@@ -16,7 +16,7 @@ from reducers.models import BaselineResult
 from runner.context import JobContext
 from runner.errors import PhaseError
 from runner.jobroot import JobRoot
-from runner.gitops import BASELINE_MESSAGE, give_agent_a_repository, init_baseline, open_baseline
+from runner.gitops import BASELINE_MESSAGE, disk_full_is_the_disks, give_agent_a_repository, init_baseline, open_baseline
 
 
 def _existing_baseline(job: JobRoot) -> str | None:
@@ -37,16 +37,18 @@ def _existing_baseline(job: JobRoot) -> str | None:
 def build_baseline(job: JobRoot) -> str:
     """The baseline commit of ``buggy-source/``: a whole one left by an earlier run, or a new one.
 
-    Raises: PhaseError ``empty_source`` when there is no extracted tree to commit.
+    Raises: PhaseError ``empty_source`` when there is no extracted tree to commit;
+    OSError ``ENOSPC`` when git failed for want of space (the run says the disk is full).
     """
     source = job.buggy_source
     if not source.is_dir() or not any(entry.name != ".git" for entry in source.iterdir()):
         raise PhaseError("baseline", "empty_source", "buggy-source/ is missing or empty; rerun extract")
     commit = _existing_baseline(job)
     if commit is None:
-        repo = init_baseline(job.baseline_git_dir, source)
-        repo.git.add("--all")  # git itself does the heavy adding; .gitignore is respected
-        repo.git.commit("--no-verify", "--allow-empty", "-q", "-m", BASELINE_MESSAGE)
+        with disk_full_is_the_disks():
+            repo = init_baseline(job.baseline_git_dir, source)
+            repo.git.add("--all")  # git itself does the heavy adding; .gitignore is respected
+            repo.git.commit("--no-verify", "--allow-empty", "-q", "-m", BASELINE_MESSAGE)
         commit = repo.head.commit.hexsha
     return commit
 

@@ -3,7 +3,9 @@
 Invariants: the container is created and never started, and removed when done;
 the archive streams into the extractor chunk by chunk; only ``--source-dir`` is
 copied and its ``.git`` is left out, so no oracle reaches the agent; the tree
-lands in a scratch directory first and is renamed into place only when whole.
+lands in a scratch directory first and is renamed into place only when whole;
+an extract that fails leaves no tree (a rerun could not tell it from an operator's);
+the extraction cache can only save work, never fail the attempt.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from runner.docker_utils import (
     managed_container,
 )
 from runner.errors import BadInputError, PhaseError, SourceDirMissingError
-from runner.extraction_cache import CacheEntryError, EntryRecord, ExtractionCache, TreeStats, cache_key
+from runner.extraction_cache import (
+    CACHE_FAULTS,
+    CacheEntryError,
+    EntryRecord,
+    ExtractionCache,
+    TreeStats,
+    cache_key,
+    why,
+)
 from runner.faults import crash_point
 from runner.jobroot import BUGGY_SOURCE
 from runner.phases.baseline import build_baseline
@@ -51,7 +61,8 @@ def extract(ctx: JobContext) -> ExtractResult:
 
     With the extraction cache on, a miss also commits the baseline here (the baseline
     phase then finds it), so the entry is filled under its key's lock before anyone
-    else reads it; a hit checks the entry out without Docker.
+    else reads it; a hit checks the entry out without Docker. A cache that cannot be
+    locked, read or filled is a warning, and the attempt extracts from the image.
     """
     settings, job = ctx.settings, ctx.job
     target = job.buggy_source
@@ -70,31 +81,48 @@ def extract(ctx: JobContext) -> ExtractResult:
     recorded = _recorded_image(ctx)
     image_id, digest = recorded or _image(ctx)
     key = cache_key(image_id, settings.source_dir)
-    with cache.locked(key):
-        record = cache.lookup(key)
+    with cache.locked(key) as held:  # not held: the cache's file system refused it (warned)
+        record = cache.lookup(key) if held else None
         if record is not None:
             try:
                 return _from_cache(ctx, cache, key, record, digest)
             except CacheEntryError as e:  # the checkout left nothing: extract from the image again
                 log.warning("cache_entry_discarded", key=key[:12], reason=str(e))
                 cache.discard(key)
+            except CACHE_FAULTS as e:  # a sound entry this job could not take (its disk is full?): the image decides
+                log.warning("cache_checkout_failed", key=key[:12], reason=why(e), action="extracting from the image")
         if recorded is not None:
             image_id_now, digest = _image(ctx)  # a miss needs Docker anyway: extract what the tag is now
         else:
             image_id_now = image_id
         result = _from_image(ctx, image_id_now, digest)
-        if image_id_now != image_id:  # the tag moved since precheck: the baseline phase commits as usual
-            return result
-        build_baseline(ctx.job)
-        cache.store(
-            key, image_id=image_id, source_dir=settings.source_dir, baseline_git_dir=job.baseline_git_dir,
-            tree=job.buggy_source, image_digest=digest,
-            stats=TreeStats(
-                files=result.file_count, directories=result.directory_count, symlinks=result.symlink_count,
-                bytes=result.byte_count, oracle_entries_skipped=result.oracle_entries_skipped,
-            ),
-        )
+        if held and image_id_now == image_id:  # else (the tag moved since precheck) the baseline phase commits
+            _fill(ctx, cache, key, result)
         return result
+
+
+def _fill(ctx: JobContext, cache: ExtractionCache, key: str, result: ExtractResult) -> None:
+    """Commit the baseline of the tree just placed and store both in the cache.
+
+    A failed or interrupted commit removes the tree and the baseline: once the failure
+    is recorded, the journal no longer says the tree is the runner's own, and the rerun would
+    refuse it as an operator's. A failed store is the cache's warning only.
+    """
+    job = ctx.job
+    try:
+        build_baseline(job)
+    except BaseException:
+        for made in (job.baseline_git_dir, job.buggy_source):
+            remove_tree(made)
+        raise
+    cache.store(
+        key, image_id=result.image_id, source_dir=ctx.settings.source_dir, baseline_git_dir=job.baseline_git_dir,
+        tree=job.buggy_source, image_digest=result.image_digest,
+        stats=TreeStats(
+            files=result.file_count, directories=result.directory_count, symlinks=result.symlink_count,
+            bytes=result.byte_count, oracle_entries_skipped=result.oracle_entries_skipped,
+        ),
+    )
 
 
 def extraction_cache(settings: RunnerSettings) -> ExtractionCache | None:

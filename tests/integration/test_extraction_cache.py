@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +18,45 @@ import pytest
 from runner.docker_utils import LABEL_PHASE, LABEL_SESSION
 from runner.jobroot import JobRoot
 from runner.trees import walk
-from tests.conftest import TEST_SESSION, log_events, make_job_root, read_json, run_cli, stub_args
+from tests.conftest import (
+    TEST_SESSION,
+    fill_up,
+    log_events,
+    make_job_root,
+    mounted_tmpfs,
+    read_json,
+    run_cli,
+    stub_args,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
 
 
+NO_CHANGE = "Fix calc.add.\nfake-codex-mode: no-change\n"
+
+
 def _cache_env(cache: Path, max_gb: str = "1") -> dict[str, str]:
     return {"RUNNER_CACHE_DIR": str(cache), "RUNNER_CACHE_MAX_GB": max_gb}
+
+
+@pytest.fixture(params=["jobs-beside-the-cache", "jobs-on-a-disk-of-their-own"])
+def jobs_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """Where the job roots go: on the cache's file system, or on one of their own (a real tmpfs),
+    as on a server whose jobs disk (/srv) is mounted apart from the state dir (/var/lib)."""
+    if request.param == "jobs-beside-the-cache":
+        yield tmp_path / "jobs"
+        return
+    with mounted_tmpfs(tmp_path / "jobs-disk", "64m") as disk:
+        assert disk.stat().st_dev != tmp_path.stat().st_dev
+        yield disk
+
+
+def _resolved(job: Path) -> bool:
+    return read_json(job / "benchmark_run.compact.json")["official_task_score"]["resolved"] is True
+
+
+def _from_cache(job: Path) -> bool:
+    return read_json(job / "result-markers" / "extract.json")["details"]["from_cache"]
 
 
 def _tree_digest(tree: Path) -> dict[str, str]:
@@ -149,15 +183,17 @@ def test_an_agent_user_cannot_reach_the_cache(stub_image: str) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_corrupted_entry_is_discarded_and_extracted_again(tmp_path: Path, stub_image: str, docker_client) -> None:
+def test_a_corrupted_entry_is_discarded_and_extracted_again(
+    tmp_path: Path, jobs_dir: Path, stub_image: str, docker_client
+) -> None:
     cache = tmp_path / "cache"
-    first = make_job_root(tmp_path / "a", "Fix calc.add.\nfake-codex-mode: no-change\n")
+    first = make_job_root(jobs_dir / "a", NO_CHANGE)
     run_cli("--execute", *stub_args(first, stub_image), env=_cache_env(cache))
     (pack,) = cache.glob("*/baseline.git/objects/pack/pack-*.pack")
     pack.write_bytes(pack.read_bytes()[:-40] + b"\0" * 40)
 
     started = _now()
-    second = make_job_root(tmp_path / "b")
+    second = make_job_root(jobs_dir / "b")
     done = run_cli("--execute", *stub_args(second, stub_image), env=_cache_env(cache))
     assert done.returncode == 0, done.stderr
     (discarded,) = log_events(done.stderr, "cache_entry_discarded")
@@ -169,9 +205,11 @@ def test_a_corrupted_entry_is_discarded_and_extracted_again(tmp_path: Path, stub
     assert fresh_pack.read_bytes()[-40:] != b"\0" * 40  # the entry was filled again
 
 
-def test_two_first_attempts_extract_once(tmp_path: Path, stub_image: str, docker_client) -> None:
+def test_two_first_attempts_extract_once_and_both_resolve(
+    tmp_path: Path, jobs_dir: Path, stub_image: str, docker_client
+) -> None:
     cache = tmp_path / "cache"
-    jobs = [make_job_root(tmp_path / name, "Fix calc.add.\nfake-codex-mode: no-change\n") for name in ("a", "b")]
+    jobs = [make_job_root(jobs_dir / name) for name in ("a", "b")]
     started = _now()
     results = {}
 
@@ -186,6 +224,8 @@ def test_two_first_attempts_extract_once(tmp_path: Path, stub_image: str, docker
     assert _extract_creates(docker_client, started) == 1
     sources = sorted(read_json(job / "result-markers" / "extract.json")["details"]["from_cache"] for job in jobs)
     assert sources == [False, True], [results[job].stderr[-2000:] for job in jobs]
+    assert [results[job].returncode for job in jobs] == [0, 0], [results[job].stderr[-2000:] for job in jobs]
+    assert all(_resolved(job) for job in jobs)
     assert _tree_digest(jobs[0] / "buggy-source") == _tree_digest(jobs[1] / "buggy-source")
 
 
@@ -198,3 +238,79 @@ def test_cache_off_extracts_every_time(tmp_path: Path, stub_image: str, docker_c
         assert read_json(job / "result-markers" / "extract.json")["details"]["from_cache"] is False
     assert _extract_creates(docker_client, started) == 2
     assert not cache.exists()
+
+
+# --- the ordinary server layout, an agent in the cache, a full cache disk ------------------------
+
+def test_the_default_cache_serves_job_roots_on_a_disk_of_their_own(tmp_path: Path, stub_image: str, docker_client) -> None:
+    """The cache in the state dir (its default place) on one file system, the job roots on another:
+    git cannot rename a pack across them, so the cache stages on its own file system."""
+    state = tmp_path / "state"
+    env = {"RUNNER_STATE_DIR": str(state), "RUNNER_CACHE_MAX_GB": "1"}
+    with mounted_tmpfs(tmp_path / "jobs-disk", "64m") as disk:
+        assert disk.stat().st_dev != tmp_path.stat().st_dev
+        first, second = make_job_root(disk / "a"), make_job_root(disk / "b")
+        started = _now()
+        done = run_cli("--execute", *stub_args(first, stub_image), env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert _resolved(first) and not _from_cache(first)
+        assert len(log_events(done.stderr, "cache_entry_stored")) == 1
+        assert list((state / "extract-cache").glob("*/entry.json")), "the default cache, in the state dir, was filled"
+
+        between = _now()
+        done = run_cli("--execute", *stub_args(second, stub_image), env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert _resolved(second) and _from_cache(second)
+        assert read_json(second / "benchmark_run.compact.json")["source_from_cache"] is True
+        assert _extract_creates(docker_client, between) == 0
+        assert _extract_creates(docker_client, started) == 1
+        assert _tree_digest(first / "buggy-source").keys() == _tree_digest(second / "buggy-source").keys()
+
+
+def test_an_agent_writing_into_the_cache_dir_changes_only_its_own_attempt(
+    tmp_path: Path, jobs_dir: Path, stub_image: str
+) -> None:
+    """Run as the runner's own user and outside any sandbox (the fake codex has none), the agent
+    overwrites every file of the cache: the next attempt finds the entry bad, extracts again and
+    gets the pristine tree and baseline."""
+    cache = tmp_path / "cache"
+    fill = make_job_root(jobs_dir / "fill", NO_CHANGE)
+    run_cli("--execute", *stub_args(fill, stub_image), env=_cache_env(cache))
+    pristine, baseline = _tree_digest(fill / "buggy-source"), _baseline_tree(fill)
+    stored = _cache_digest(cache)
+    assert stored, "the first attempt filled the cache"
+
+    hostile = make_job_root(jobs_dir / "hostile", f"Fix calc.add.\nfake-codex-mode: poison-cache\nfake-codex-cache-dir: {cache}\n")
+    done = run_cli("--execute", *stub_args(hostile, stub_image), env=_cache_env(cache))
+    assert _from_cache(hostile), done.stderr[-3000:]
+    assert (cache / "planted-by-agent").exists() and _cache_digest(cache) != stored  # it did write the cache
+
+    after = make_job_root(jobs_dir / "after", NO_CHANGE)
+    done = run_cli("--execute", *stub_args(after, stub_image), env=_cache_env(cache))
+    (discarded,) = log_events(done.stderr, "cache_entry_discarded")
+    assert discarded["level"] == "warning"
+    assert not _from_cache(after)
+    assert _tree_digest(after / "buggy-source") == pristine and _baseline_tree(after) == baseline
+
+    last = make_job_root(jobs_dir / "last")  # the entry was filled anew, and serves a fix that resolves
+    done = run_cli("--execute", *stub_args(last, stub_image), env=_cache_env(cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _from_cache(last) and _resolved(last)
+
+
+def test_a_cache_on_a_full_disk_falls_back_to_a_plain_extraction(tmp_path: Path, stub_image: str) -> None:
+    with mounted_tmpfs(tmp_path / "cache-disk", "1m") as disk:
+        cache = disk / "cache"
+        cache.mkdir(mode=0o700)  # the cache was there; then its disk filled up
+        fill_up(disk)
+        for name in ("a", "b"):
+            job = make_job_root(tmp_path / name)
+            done = run_cli("--execute", *stub_args(job, stub_image), env=_cache_env(cache))
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert _resolved(job) and not _from_cache(job)
+            (failed,) = log_events(done.stderr, "cache_fill_failed")
+            assert failed["level"] == "warning" and failed["reason"] == "OSError: ENOSPC", failed
+            assert failed["free_bytes"] < 65536 and "--cache-dir" in failed["action"]
+            assert str(tmp_path) not in json.dumps(failed)
+            assert read_json(job / "benchmark_run.compact.json")["source_from_cache"] is False
+            assert not [p.name for p in cache.iterdir() if not p.name.endswith(".lock")]  # no half-made entry

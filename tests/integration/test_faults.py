@@ -23,6 +23,7 @@ from tests.conftest import (
     cli_environment,
     log_events,
     make_job_root,
+    mounted_tmpfs,
     read_json,
     run_cli,
     runner_containers,
@@ -328,6 +329,30 @@ def test_interrupt_during_extract_leaves_no_tree_and_no_container(
     assert _marker(job_root, "precheck")["started_at"] < _marker(job_root, "extract")["started_at"]
 
 
+def test_an_interrupt_while_extract_commits_the_cache_baseline_leaves_no_tree_and_resumes(
+    tmp_path: Path, hostile_image: str
+) -> None:
+    """With the cache on, extract commits the baseline itself once the tree is placed. Interrupted
+    there, its recorded failure must leave no tree: the journal no longer says the tree is the
+    runner's, and the rerun would refuse it as an operator's (exit 2)."""
+    job = make_job_root(tmp_path, "fake-codex-mode: no-change\n")
+    env = {"RUNNER_CACHE_DIR": str(tmp_path / "cache"), "RUNNER_CACHE_MAX_GB": "1"}
+    args = ["--job-root", str(job), "--tag", "big", "--image", hostile_image,
+            "--codex-bin", str(FAKE_CODEX), "--source-dir", "/app/big"]
+    running = RunningCli("--execute", *args, env=env)
+    running.wait_for_file(job / "buggy-source")  # placed: git is adding 20,000 files and 150 MB now
+    running.process.send_signal(signal.SIGINT)
+    code, _, stderr = running.finish()
+    assert code == 130, stderr[-3000:]
+    assert _marker(job, "extract")["reason"] == "interrupted"
+    assert not (job / "buggy-source").exists() and not (job / ".baseline.git").exists()
+
+    done = run_cli("--execute", *args, env=env)
+    assert _marker(job, "extract")["status"] == "ok", done.stderr[-3000:]
+    assert _marker(job, "extract")["details"]["file_count"] == 20001
+    assert _marker(job, "baseline")["status"] == "ok"
+
+
 def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
     tmp_path: Path, stub_image: str, docker_client
 ) -> None:
@@ -385,19 +410,10 @@ def test_a_second_run_on_the_same_job_root_is_refused(tmp_path: Path, stub_image
 
 # --- disks --------------------------------------------------------------------------------
 
-def _mount_tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); needs root")
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    mount = tmp_path / "disk"
-    _mount_tmpfs(mount, "2m")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with mounted_tmpfs(tmp_path / "disk", "2m") as mount:
+        yield mount
 
 
 def _no_half_written_files(job: Path) -> None:
@@ -412,6 +428,55 @@ def test_a_full_disk_is_a_clear_error_with_no_half_written_file(small_disk: Path
     assert done.returncode == 3, done.stderr
     assert "cannot be written" in done.stderr and "No space left on device" in done.stderr
     _no_half_written_files(job)
+
+
+@pytest.fixture
+def three_mb_tree_image(docker_client, stub_image: str):
+    """The stub with a 3 MB file more in its buggy tree: a tree that fits a small disk its baseline then fills."""
+    import io
+    import os
+
+    tag = f"agentissue-runner-3mb:{os.getpid()}"
+    dockerfile = (f"FROM {stub_image}\n"
+                  "RUN head -c 3000000 /dev/urandom > /app/source_code_buggy/assets/blob.bin\n")
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True)
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+@pytest.mark.parametrize("cache", ["on-the-jobs-disk", "in-the-state-dir"])
+def test_a_disk_that_fills_during_extract_resumes_once_space_is_freed(
+    tmp_path: Path, three_mb_tree_image: str, cache: str
+) -> None:
+    """The tree (3 MB) fits, its baseline does not: the disk fills mid-extract. After the ballast
+    goes, the rerun recognises the half-made baseline and tree, makes them again and resolves."""
+    env = {"RUNNER_STATE_DIR": str(tmp_path / "state"), "RUNNER_CACHE_MAX_GB": "1"}
+    with mounted_tmpfs(tmp_path / "disk", "8m") as disk:
+        if cache == "on-the-jobs-disk":  # --cache-dir beside the job roots: the one disk fills for both
+            env["RUNNER_CACHE_DIR"] = str(disk / "cache")
+        ballast = disk / "ballast"
+        ballast.write_bytes(b"\0" * 3_000_000)
+        job = make_job_root(disk)
+        done = run_cli("--execute", *stub_args(job, three_mb_tree_image), env=env)
+        assert done.returncode == 3, done.stderr[-3000:]
+        assert "cannot be written" in done.stderr and "No space left on device" in done.stderr
+        _no_half_written_files(job)
+        assert not (job / "buggy-source").exists()  # a failed extract leaves no tree a rerun would refuse
+
+        ballast.unlink()
+        done = run_cli("--execute", *stub_args(job, three_mb_tree_image), env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        if cache == "on-the-jobs-disk":  # tree and baseline fit again, a third copy for the cache does not
+            (failed,) = log_events(done.stderr, "cache_fill_failed")
+            assert failed["level"] == "warning" and failed["reason"] == "OSError: ENOSPC"
+        else:
+            assert len(log_events(done.stderr, "cache_entry_stored")) == 1
+        run = read_json(job / "benchmark_run.compact.json")
+        assert run["official_task_score"]["resolved"] is True and run["first_failed_phase"] is None
+        assert _marker(job, "extract")["details"]["file_count"] == 6  # the stub's five and the blob
+        assert (job / "buggy-source" / "assets" / "blob.bin").stat().st_size == 3_000_000
+        leftovers = [p.name for p in job.rglob("*") if p.name.startswith(("tmp_obj_", "tmp_pack_", ".buggy-source.partial"))]
+        assert leftovers == []
 
 
 def test_a_read_only_job_root_is_a_clear_error(small_disk: Path, stub_image: str) -> None:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from git import GitCommandError
+from structlog.testing import capture_logs
 
 from runner.extraction_cache import CacheEntryError, ExtractionCache, TreeStats, cache_key
 from runner.jobroot import JobRoot
 from runner.phases.baseline import build_baseline
 from runner.trees import walk
-from tests.conftest import REPO, cli_environment
+from tests.conftest import REPO, cli_environment, fill_up, mounted_tmpfs
 
 STATS = TreeStats(files=0, directories=0, symlinks=0, bytes=0, oracle_entries_skipped=0)
 
@@ -111,6 +114,72 @@ def test_an_entry_whose_branch_moved_or_file_changed_is_discarded(tmp_path: Path
         cache.checkout("k3", record, baseline_git_dir=target.baseline_git_dir, tree=target.buggy_source)
     assert not (target.buggy_source / "debug.log").exists()  # nothing of a bad entry is placed
     assert not target.baseline_git_dir.exists()  # nor a baseline holding its commit, which would pass for the job's
+
+
+def test_any_file_of_an_entry_overwritten_is_found_or_never_read(tmp_path: Path) -> None:
+    """Each file of an entry in turn overwritten (as an agent that reached the cache would): the
+    entry is discarded, or refused at checkout, or the file is one a checkout never reads; never
+    another exception (a damaged HEAD or config once escaped as GitPython's own errors)."""
+    cache = ExtractionCache(tmp_path / "cache", max_bytes=10**9)
+
+    def files(key: str) -> list[str]:  # the same names in every entry but the pack's, which sorts alike
+        return sorted(rel for rel, entry in walk(cache.root / key) if entry.is_file(follow_symlinks=False))
+
+    _fill(cache, _job(tmp_path, "probe"), "probe")
+    outcomes: dict[str, str] = {}
+    for i in range(len(files("probe"))):
+        key, source = f"k{i}", _job(tmp_path, f"s{i}")
+        _fill(cache, source, key)
+        relative = files(key)[i]
+        (cache.root / key / relative).write_bytes(b"poison")
+        name = re.sub(r"pack-[0-9a-f]{40}", "pack-*", relative)
+        with capture_logs() as logs:
+            record = cache.lookup(key)
+        if record is None:
+            assert [e["log_level"] for e in logs if e["event"] == "cache_entry_discarded"] == ["warning"], name
+            outcomes[name] = "discarded"
+            continue
+        target = JobRoot.at(tmp_path / f"t{i}", "t")
+        target.root.mkdir()
+        try:
+            cache.checkout(key, record, baseline_git_dir=target.baseline_git_dir, tree=target.buggy_source)
+        except CacheEntryError:
+            assert not target.buggy_source.exists() and not target.baseline_git_dir.exists(), name
+            outcomes[name] = "refused"
+            continue
+        assert _digest(target.buggy_source) == _digest(source.buggy_source), name
+        outcomes[name] = "not read"
+    for name in ("entry.json", "baseline.git/HEAD", "baseline.git/refs/heads/main"):
+        assert outcomes[name] == "discarded", outcomes
+    assert outcomes["extras.tar"] == "refused"  # its digest, checked beside the checkout
+    for name in ("baseline.git/objects/pack/pack-*.pack", "baseline.git/objects/pack/pack-*.idx"):
+        assert outcomes[name] in ("discarded", "refused"), outcomes  # git reads them to resolve the branch
+    assert outcomes["baseline.git/config"] in ("discarded", "not read")  # git reads `poison` as a bad key; a checkout never
+
+
+def test_a_cache_on_a_read_only_disk_is_a_warning_and_no_lock(tmp_path: Path) -> None:
+    with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        cache = ExtractionCache(disk / "cache", max_bytes=10**9)
+        with capture_logs() as logs, cache.locked("k") as held:
+            assert held is False
+    (event,) = [e for e in logs if e["event"] == "cache_unavailable"]
+    assert event["log_level"] == "warning" and event["reason"] == "OSError: EROFS" and "--cache-dir" in event["action"]
+
+
+def test_a_sound_entry_that_a_full_jobs_disk_cannot_take_stays(tmp_path: Path) -> None:
+    cache = ExtractionCache(tmp_path / "cache", max_bytes=10**9)
+    _fill(cache, _job(tmp_path, "a", files=3, size=200_000), "k")
+    record = cache.lookup("k")
+    assert record is not None
+    with mounted_tmpfs(tmp_path / "jobs", "1m") as disk:
+        target = JobRoot.at(disk / "job", "t")
+        target.root.mkdir()
+        fill_up(disk)
+        with pytest.raises((OSError, GitCommandError)):  # the job's own error: not the entry's fault
+            cache.checkout("k", record, baseline_git_dir=target.baseline_git_dir, tree=target.buggy_source)
+        assert not target.buggy_source.exists() and not target.baseline_git_dir.exists()
+    assert cache.lookup("k") is not None and [item.key for item in cache.entries()] == ["k"]
 
 
 def test_least_recently_used_entries_go_first_and_locked_ones_stay(tmp_path: Path) -> None:
