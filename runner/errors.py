@@ -8,6 +8,7 @@ exit code the CLI returns for it and a short ``reason`` code for markers.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 # What reducers/ raises has its own root there (reducers import nothing of runner/); it is
 # re-exported here, so that errors are imported from one place, and mapped to exit codes below.
@@ -53,6 +54,19 @@ class MessageError(BadInputError):
     """A fleet message (or a submission) that cannot become a task; names the fields, never their values."""
 
     reason = "bad_message"
+
+
+class UnreadableFileError(BadInputError):
+    """A file refused by the bounded reader (``runner.bounded_read``): ``unreadable`` says why (a
+    closed set), ``name`` is relative to the directory it was read in; its text is never quoted.
+
+    Its ``reason`` stays ``bad_input`` (a marker's reasons are a closed set; this never reaches one).
+    """
+
+    def __init__(self, name: str, unreadable: Any, hint: str) -> None:
+        self.name = name
+        self.unreadable = unreadable
+        super().__init__(f"{name} is unreadable ({unreadable.value}): {hint}")
 
 
 class EnvironmentNotReadyError(RunnerError):
@@ -127,6 +141,12 @@ class UnscorableError(EnvironmentNotReadyError):
         super().__init__(message, reason=reason)
         self.refusal = refusal
         self.details: dict[str, object] = {"refusal": refusal, "tag_profile": tag_profile}
+
+
+class CacheEntryError(RunnerError):
+    """An extraction cache entry failed its check; the caller discards it and extracts again."""
+
+    reason = "cache_entry_invalid"
 
 
 class ProfileDataError(RunnerError):

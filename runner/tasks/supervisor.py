@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from signal import SIGTERM
 from typing import Protocol
@@ -109,7 +111,13 @@ def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> No
 
 
 def _start(log_path: Path, message_fd: int) -> subprocess.Popen:
-    with log_path.open("wb") as sink:
+    # Appended, never truncated: a task run again (a resume, a resubmission, a retry) keeps the
+    # earlier runs' lines, each run after a separator line of its own.
+    with log_path.open("ab") as sink:
+        separator = {"event": "task_process_started", "level": "info",
+                     "timestamp": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
+        sink.write(json.dumps(separator).encode() + b"\n")
+        sink.flush()
         return subprocess.Popen(
             [sys.executable, "-m", "runner", "task", f"--message-fd={message_fd}"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sink, pass_fds=(message_fd,),

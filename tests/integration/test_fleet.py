@@ -316,6 +316,8 @@ def test_bad_input_gives_a_clear_error_and_a_failed_row_never_a_crashed_worker(f
     assert worker.process.poll() is None, "the worker is still up"
     status = fleet.status()
     assert status.returncode == 0 and "$(id)" not in status.stdout
+    unknown = fleet.status("--suite", "never-submitted")
+    assert unknown.returncode == 2 and "no suite 'never-submitted'" in unknown.stderr  # not exit 0 with "0 tasks"
     code, _stdout, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]
 

@@ -90,7 +90,8 @@ def test_metrics_parse_and_count_the_suite(served) -> None:
     assert samples[("runner_taking_work", ())] == 1 and samples[("runner_draining", ())] == 0
     assert samples[("runner_tasks_resolved_total", ())] == 1
     assert samples[("runner_tasks_infra_failed_total", ())] == 2
-    assert samples[("runner_tasks_finished_total", (("outcome", "unresolved"),))] == 1
+    # the unresolved task and the agent's timed-out one: both scored, both unresolved
+    assert samples[("runner_tasks_finished_total", (("outcome", "unresolved"),))] == 2
     assert samples[("runner_codex_tokens_total", (("kind", "input"),))] == 123000
     assert samples[("runner_codex_tokens_total", (("kind", "cached_input"),))] == 90000
     # codex ran (and was timed) in the resolved, the unresolved and the timed-out task: not in the running one

@@ -145,6 +145,11 @@ def test_a_lease_has_one_holder_renewed_only_by_it_and_expires_when_it_dies(redi
     assert second.acquire() and not first.renew(), "a late renewal never steals the lease back"
     second.release()
     assert client.exists(key) == 0
+    # A broker back empty after a restart: the holder still running takes its lease back; nobody else can.
+    assert first.acquire()
+    client.delete(key)
+    assert first.renew() and first.current_holder() == "host-a" and not second.acquire()
+    first.release()
     client.close()
 
 
