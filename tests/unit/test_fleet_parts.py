@@ -183,3 +183,32 @@ def test_submitting_a_suite_twice_queues_each_task_once(redis_namespace, tmp_pat
     assert json.loads(cancel.stdout)["dropped_messages"] == 3
     assert client.llen(keys.queue("runner")) == 3
     client.close()
+
+
+def test_dramatiqs_own_log_lines_name_a_message_by_its_id_never_its_prompt() -> None:
+    """Dramatiq logs a failed message as ``run_task({...})``, the prompt included; the worker's filter
+    on the root's handlers turns every message argument into its id."""
+    import io
+    import logging
+
+    from dramatiq import Message
+    from dramatiq.broker import MessageProxy
+
+    from runner.fleet.broker import quiet_dramatiq_messages
+
+    sink = io.StringIO()
+    handler = logging.StreamHandler(sink)
+    logging.root.addHandler(handler)
+    try:
+        quiet_dramatiq_messages()
+        message = Message(queue_name="runner", actor_name="run_task", kwargs={}, options={},
+                          args=({**_payload(), "prompt": "SECRET-PROMPT-TEXT fix it"},), message_id="m-123")
+        logger = logging.getLogger("dramatiq.worker.WorkerThread")
+        logger.error("Failed to process message %s with unhandled exception.", MessageProxy(message))
+        logger.warning("Message %s was skipped.", message)
+        logger.warning("Retrying message %r in %d milliseconds.", message.message_id, 15)
+    finally:
+        logging.root.removeHandler(handler)
+    text = sink.getvalue()
+    assert "SECRET-PROMPT-TEXT" not in text and "fix it" not in text
+    assert text.count("message m-123") == 2 and "'m-123' in 15 milliseconds" in text
