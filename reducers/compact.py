@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from reducers.markers import compact_input_error
 from reducers.models import (
+    Frozen,
     RESULTS,
     CodexResult,
     EvaluateResult,
@@ -45,17 +46,14 @@ LABEL_INCOMPLETE = "incomplete_run_no_failed_phase"
 TIMED_PHASES = tuple(p for p in Phase if p is not Phase.REDUCE)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class OfficialScore(_Frozen):
+class OfficialScore(Frozen):
     kind: str = SCORE_KIND
     value: int
     resolved: bool
 
 
-class Progress(_Frozen):
+class Progress(Frozen):
     n_total_trials: int = 1
     n_completed_trials: int
     n_errored_trials: int
@@ -65,7 +63,7 @@ class Progress(_Frozen):
     n_retries: int = 0
 
 
-class Metrics(_Frozen):
+class Metrics(Frozen):
     input_tokens: int = 0
     cache_tokens: int = 0
     output_tokens: int = 0
@@ -75,7 +73,7 @@ class Metrics(_Frozen):
     reasoning_tokens: int = 0
 
 
-class Trial(_Frozen):
+class Trial(Frozen):
     task_id: str
     trial_name: str
     source: str = "selected_public_tag"
@@ -85,7 +83,7 @@ class Trial(_Frozen):
     trial_result_present: bool
 
 
-class Validation(_Frozen):
+class Validation(Frozen):
     selected_image_only: bool
     single_tag_only: bool = True
     buggy_source_extracted: bool
@@ -106,7 +104,7 @@ class Validation(_Frozen):
     codex_auth_synced_to_container_or_remote: bool = False
 
 
-class Evaluation(_Frozen):
+class Evaluation(Frozen):
     ran: bool
     apply_exit_code: int | None
     test_exit_code: int | None
@@ -124,7 +122,7 @@ class Evaluation(_Frozen):
     test_seconds: float | None = None
 
 
-class Scorability(_Frozen):
+class Scorability(Frozen):
     """What the tag's profile and the image's layout said before any codex token was spent."""
 
     tag_profile: str | None
@@ -132,7 +130,7 @@ class Scorability(_Frozen):
     unscorable_override: bool
 
 
-class Codex(_Frozen):
+class Codex(Frozen):
     invoked: bool
     version: str | None
     exit_code: int | None
@@ -145,7 +143,7 @@ class Codex(_Frozen):
     model_error: str | None = None
 
 
-class BenchmarkRun(_Frozen):
+class BenchmarkRun(Frozen):
     schema_version: str = "benchmark_run_v0"
     source_runner: str = SOURCE_RUNNER
     benchmark_id: str = BENCHMARK_ID
@@ -193,7 +191,7 @@ class BenchmarkRun(_Frozen):
     evidence_files: list[str] = EVIDENCE_FILES
 
 
-class BenchmarkResult(_Frozen):
+class BenchmarkResult(Frozen):
     schema_version: str = "benchmark_result_v0"
     benchmark_id: str = BENCHMARK_ID
     task_id: str

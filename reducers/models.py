@@ -16,6 +16,12 @@ from typing import Any, ClassVar, Generic, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+class Frozen(BaseModel):
+    """Every value object of the runner and the reducers: immutable, and no field it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class Phase(str, Enum):
     PREPARE = "prepare"
     PRECHECK = "precheck"
@@ -101,16 +107,6 @@ class TerminalState(StrEnum):
     RESOLVED = "resolved"
     EVALUATED_UNRESOLVED = "evaluated_unresolved"
     RUNNER_FAILED = "runner_failed"
-
-
-class LedgerState(StrEnum):
-    """A batch ledger row's ``state``: how the task's process ended."""
-
-    COMPLETED = "completed"  # the run completed, resolved or not
-    FAILED = "failed"  # a phase failed; its label names it
-    BAD_INPUT = "bad_input"
-    BAD_ENVIRONMENT = "bad_environment"
-    INTERRUPTED = "interrupted"
 
 
 Scalar = Union[str, int, float, bool, None]

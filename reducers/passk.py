@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from math import comb
 from typing import Any, TypeVar
 
-from reducers.models import LedgerState, Reason
+from reducers.models import Reason
 
 K = TypeVar("K", str, tuple[str, str])
 
@@ -19,13 +19,12 @@ K = TypeVar("K", str, tuple[str, str])
 K_VALUES = (1, 2, 3, 5, 10, 20, 50, 100)
 # A failed phase that the agent cannot cause: the host, Docker, git or the runner broke.
 INFRA_PHASES = frozenset({"prepare", "precheck", "extract", "baseline"})
-# Reasons any phase records when the runner (not the agent) failed in it.
+# Reasons any phase records when the runner, the host or the model provider (not the agent)
+# failed in it. A model error is the provider's: the compact run marks it ``infra_failure``.
 INFRA_REASONS = frozenset(
     {Reason.DOCKER_ERROR, Reason.GIT_ERROR, Reason.OS_ERROR, Reason.INTERNAL_ERROR, Reason.INTERRUPTED,
-     Reason.MISSING_INPUT}
+     Reason.MISSING_INPUT, Reason.CODEX_MODEL_ERROR}
 )
-# Batch states that end a task without the agent having had its say.
-INFRA_STATES = frozenset({LedgerState.BAD_ENVIRONMENT, LedgerState.INTERRUPTED})
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -53,14 +52,13 @@ def mean_pass_at_k(counts: list[tuple[int, int]], k: int) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def is_infra_failure(state: str | None, failure_label: str | None) -> bool:
-    """Did this task end without a verdict the agent earned (a broken host or runner)?
+def infra_label(failure_label: str | None) -> bool:
+    """Does this failure label name a failure the agent could not cause (a broken host or runner)?
 
     ``failure_label`` is the compact result's ``failed_<phase>_<reason>`` (or a
-    verdict label such as ``unresolved_...``, which is never infrastructure).
+    verdict label such as ``unresolved_...``, which is never infrastructure). The one
+    rule: ``reducers.outcome.task_facts`` applies it for every ledger and view.
     """
-    if state in INFRA_STATES:
-        return True
     if not failure_label or not failure_label.startswith("failed_"):
         return False
     rest = failure_label[len("failed_"):]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -50,7 +49,9 @@ from runner.docker_utils import (
     runner_labels,
     run_main_process,
 )
-from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, REFUSALS, exit_code_of
+from runner.containment import signals
+from runner.entry import RunnerArgumentParser, answer
+from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
 from runner.lock import job_root_lock
 from runner.phases.evaluate import (
     NETWORK_PROBE_PHASE,
@@ -62,7 +63,9 @@ from runner.phases.evaluate import (
 )
 from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for, publish
-from runner.settings import SAFE_HOST_PATH, RunnerSettings, load_settings
+from runner.logs import configure_logging
+from runner.settings import RunnerSettings
+from runner.tasks.spec import ensure_dir, read_operator, resolve
 from runner.verdict import official_verdict
 
 log = structlog.get_logger(__name__)
@@ -341,7 +344,7 @@ def render_markdown(document: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = RunnerArgumentParser(
         prog="python -m runner audit",
         description="Gold-patch audit: the empty patch must fail and the image's own fix must pass the "
         "official rule, in containers of the image only. Labels: " + ", ".join(LABELS[:-1]) + ".",
@@ -363,12 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_for(tag: str, args: argparse.Namespace) -> RunnerSettings:
-    return load_settings(
-        tag=tag, image=args.image, allow_pull=args.allow_pull, allow_unscorable=args.allow_unscorable,
-        eval_timeout=args.eval_timeout, eval_network=args.eval_network, source_dir=args.source_dir,
-        apply_cmd=args.apply_cmd, test_cmd=args.test_cmd,
-    )
+def _settings_for(tags: list[str], args: argparse.Namespace) -> list[RunnerSettings]:
+    """Each tag's settings: the operator's flags (read once, as a batch reads them), then its own profile."""
+    operator = read_operator({
+        "image": args.image, "allow_pull": args.allow_pull, "allow_unscorable": args.allow_unscorable,
+        "eval_timeout": args.eval_timeout, "eval_network": args.eval_network, "source_dir": args.source_dir,
+        "apply_cmd": args.apply_cmd, "test_cmd": args.test_cmd,
+    }, env_skipped=frozenset({"tag", "image"}))
+    return [resolve(operator.spec.for_tag(tag), operator.host) for tag in tags]
 
 
 def _audit_one(settings: RunnerSettings, client: docker.DockerClient, logs: Path) -> AuditRow:
@@ -389,12 +394,10 @@ def run_audit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     tags = unique_tags(tags)
     if args.image and len(tags) > 1:
         raise BadInputError("--image goes with one --tag; each tag of a list gets its own image")
-    settings = [_settings_for(tag, args) for tag in tags]  # every tag validated before any work
+    settings = _settings_for(tags, args)  # every tag validated before any work
     jobs_dir: Path | None = None
     if args.jobs_dir is not None:
-        jobs_dir = args.jobs_dir.expanduser().resolve()
-        if not SAFE_HOST_PATH.fullmatch(str(jobs_dir)) or not jobs_dir.is_dir():
-            raise BadInputError("--jobs-dir must be an existing directory with a plain path")
+        jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir")
     elif len(tags) > 1:
         raise BadInputError("auditing many tags needs --jobs-dir DIR for the audit ledger")
     client = connect()
@@ -426,17 +429,7 @@ def run_audit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        document, code = run_audit(args)
-    except REFUSALS as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner: {e}", file=sys.stderr)
-        return int(exit_code_of(e))
-    except KeyboardInterrupt:
-        print("runner: audit interrupted; the ledger holds every tag finished so far", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
-    if args.output_format == "markdown":
-        print(render_markdown(document))
-    else:
-        print(json.dumps(document, indent=2, sort_keys=True))
-    return code
+    configure_logging()
+    signals.interrupt_from_now_on()
+    return answer("runner audit", lambda: run_audit(args), args.output_format or "json", markdown=render_markdown,
+                  interrupted="audit interrupted; the ledger holds every tag finished so far")

@@ -1,13 +1,14 @@
 """Batches: many tags (or attempts), each its own job root and its own task process.
 
-The batch is a thin user of the supervisor (``runner.supervisor``): it turns tags into
-``TaskSpec``s, runs them ``workers`` at a time, and keeps the ledger and the summary.
+The batch is a thin user of the supervisor (``runner.tasks.supervisor``): it turns tags into
+``TaskSpec``s (the operator's settings, each for its own tag), runs them ``workers`` at a
+time, and keeps the ledger (rows from ``reducers.outcome``, the one rule) and the summary.
 
 Invariants:
 - isolation by process: one task's failure, timeout, crash or interrupt cannot
   stop or corrupt another; each child holds its own job root's lock;
 - the ledger is upserted (atomically) after each task, under one lock;
-- a rerun skips tags the ledger records as completed and resumes the rest
+- a rerun skips tags the ledger records as evaluated and resumes the rest
   (each child resumes from its markers);
 - an interrupt of the batch is passed to every running child, which cleans up
   as a single run does; no new task starts after it.
@@ -15,7 +16,6 @@ Invariants:
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections import Counter
@@ -27,8 +27,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from reducers.compact import BenchmarkRun
-from reducers.models import LedgerState
+from reducers.outcome import TaskState, task_facts
 from runner.audit import read_audit_labels
 from runner.errors import BadInputError, ExitCode, REFUSALS
 from runner.jobroot import JobRoot
@@ -36,22 +35,15 @@ from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger, row_key
 from runner.public import private_texts_for
 from runner.lock import job_root_lock
-from runner.settings import SAFE_HOST_PATH, RunnerSettings
-from runner.supervisor import TaskEnd, TaskProcesses, run_task
 from runner.tags import check_attempts
-from runner.task import host_settings, task_spec
+from runner.tasks.protocol import TaskRequest
+from runner.tasks.spec import HostSettings, TaskSpec, ensure_dir
+from runner.tasks.supervisor import TaskEnd, TaskProcesses, run_task
 
 log = structlog.get_logger(__name__)
 
 BATCH_LOGS = ".batch-logs"
 BATCH_LOCK = ".batch.lock"
-_STATE_BY_EXIT = {
-    int(ExitCode.COMPLETED): LedgerState.COMPLETED,
-    int(ExitCode.RUNNER_FAILURE): LedgerState.FAILED,
-    int(ExitCode.BAD_INPUT): LedgerState.BAD_INPUT,
-    int(ExitCode.BAD_ENVIRONMENT): LedgerState.BAD_ENVIRONMENT,
-    int(ExitCode.INTERRUPTED): LedgerState.INTERRUPTED,
-}
 
 
 @dataclass(frozen=True)
@@ -118,6 +110,7 @@ class BatchSummary:
     interrupted: bool
     exit_code_resolved: int = 0
     verdict_untrusted: int = 0
+    evaluated: int = 0  # tasks whose process completed (exit 0): every one of them, or the batch exits 1
     # From an audit ledger in the jobs directory (``python -m runner audit --jobs-dir``): tag -> label.
     audit_labels: dict[str, str] | None = None
     resolved_tags: tuple[str, ...] = ()
@@ -137,7 +130,7 @@ class BatchSummary:
     def exit_code(self) -> int:
         if self.interrupted:
             return int(ExitCode.INTERRUPTED)
-        return int(ExitCode.COMPLETED) if self.states.get("completed", 0) == self.ran else int(ExitCode.RUNNER_FAILURE)
+        return int(ExitCode.COMPLETED) if self.evaluated == self.ran else int(ExitCode.RUNNER_FAILURE)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -173,125 +166,88 @@ class BatchSummary:
         }
 
 
-def _state(exit_code: int, stopping: bool) -> LedgerState:
-    """A task killed by the batch's own stop (before its handlers were in place) was interrupted."""
-    if stopping and exit_code in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL):
-        return LedgerState.INTERRUPTED
-    return _STATE_BY_EXIT.get(exit_code, LedgerState.FAILED)
-
-
-def _row(unit: Unit, exit_code: int, wall: float, run: BenchmarkRun | None, *, stopping: bool = False) -> LedgerRow:
-    """The ledger row of a task that ended with ``exit_code`` and reported ``run`` (its compact result)."""
-    state = _state(exit_code, stopping)
-    if run is None:  # refused before any output (bad input), or killed before it said how it ended
-        return LedgerRow(tag=unit.tag, attempt=unit.attempt, state=state, exit_code=exit_code, resolved=None,
-                         first_failed_phase=None, failure_label=None, wall_seconds=round(wall, 3),
-                         phase_durations_seconds={}, patch_sha256=None, patch_bytes=None, image_digest=None,
-                         image_id=None, input_tokens=0, output_tokens=0)
-    return LedgerRow(
-        tag=unit.tag,
-        attempt=unit.attempt,
-        state=state,
-        exit_code=exit_code,
-        resolved=run.official_task_score.resolved if exit_code == 0 else False,
-        first_failed_phase=run.first_failed_phase,
-        failure_label=run.failure_attribution_labels[0] if run.failure_attribution_labels else None,
-        wall_seconds=round(wall, 3),
-        phase_durations_seconds=run.phase_durations_seconds,
-        patch_sha256=run.patch_sha256 if run.patch_bytes else None,
-        patch_bytes=run.patch_bytes,
-        image_digest=run.image_digest,
-        image_id=run.image_id,
-        input_tokens=run.metrics.input_tokens,
-        output_tokens=run.metrics.output_tokens,
-        exit_code_verdict=run.evaluation.exit_code_verdict if run.evaluation.ran else None,
-        verdict_untrusted=run.verdict_untrusted,
-    )
+def _row(unit: Unit, end: TaskEnd, wall: float, *, stopping: bool = False) -> LedgerRow:
+    """The ledger row of a task: its facts by the one rule (``reducers.outcome``), keyed by the unit."""
+    run = end.outcome.run if end.outcome is not None else None
+    facts = task_facts(run, end.returncode, round(wall, 3), stopping=stopping)
+    return LedgerRow(tag=unit.tag, attempt=unit.attempt, **facts.model_dump())
 
 
 def _run_one(
-    settings: RunnerSettings,
+    template: TaskSpec,
+    host: HostSettings,
     unit: Unit,
     logs_dir: Path,
-    image: str | None,
     children: TaskProcesses,
     on_phase: Callable[[str], None],
 ) -> tuple[TaskEnd, float]:
     started = time.monotonic()
     seed_prompt(unit)
-    spec = task_spec(settings, unit.tag, unit.job_root, image=image, attempt=unit.attempt)
-    end = run_task(spec, host_settings(settings), logs_dir / unit.log_name, children, on_phase)
+    request = TaskRequest(spec=template.for_tag(unit.tag), job_root=unit.job_root, attempt=unit.attempt, host=host)
+    end = run_task(request, logs_dir / unit.log_name, children, on_phase)
     return end, time.monotonic() - started
 
 
 def run_batch(
-    settings: RunnerSettings,
+    template: TaskSpec,
+    host: HostSettings,
     tags: list[str],
     jobs_dir: Path,
     workers: int,
     progress: Progress,
     *,
-    image: str | None = None,
     attempts: int = 1,
 ) -> BatchSummary:
-    """Run every tag (or attempt) not yet completed, ``workers`` at a time; the ledger after each.
+    """Run every tag (or attempt) not yet evaluated, ``workers`` at a time; the ledger after each.
+
+    ``template``: the operator's settings; each tag gets them as its own spec (``for_tag``).
 
     Raises:
         BadInputError: bad ``workers``, ``attempts`` or jobs directory, or another batch holds it.
     """
-    jobs_dir = _checked_dir(jobs_dir, "--jobs-dir", "create it with DIR/<tag>/context/prompt.md per tag")
+    jobs_dir = ensure_dir(jobs_dir, "--jobs-dir")
     check_attempts(attempts)
-    return run_units(settings, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress, image=image)
+    return run_units(template, host, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress)
 
 
 def run_attempts(
-    settings: RunnerSettings, job_root: Path, attempts: int, workers: int, progress: Progress
+    spec: TaskSpec, host: HostSettings, job_root: Path, attempts: int, workers: int, progress: Progress
 ) -> BatchSummary:
     """``--execute --job-root J --attempts K``: K attempts of the one tag, at ``J/attempt-<i>``, ledger at ``J``.
 
     Raises:
         BadInputError: bad ``workers``, ``attempts`` or job root, or another run holds it.
     """
-    job_root = _checked_dir(job_root, "--job-root", "create it with context/prompt.md")
-    units = attempt_units([settings.tag], check_attempts(attempts), lambda _tag: job_root)
-    return run_units(settings, units, job_root, workers, progress, image=settings.resolved_image)
-
-
-def _checked_dir(path: Path, flag: str, hint: str) -> Path:
-    path = path.expanduser().resolve()
-    if not SAFE_HOST_PATH.fullmatch(str(path)):
-        raise BadInputError(f"{flag} must be a path of letters, digits and '_ . @ + / ~ -', without spaces")
-    if not path.is_dir():
-        raise BadInputError(f"{flag} does not exist; {hint}")
-    return path
+    job_root = ensure_dir(job_root, "--job-root")
+    units = attempt_units([spec.tag], check_attempts(attempts), lambda _tag: job_root)
+    return run_units(spec, host, units, job_root, workers, progress)
 
 
 def run_units(
-    settings: RunnerSettings,
+    template: TaskSpec,
+    host: HostSettings,
     units: list[Unit],
     ledger_dir: Path,
     workers: int,
     progress: Progress,
-    *,
-    image: str | None,
 ) -> BatchSummary:
     """Each unit in its own process, ``workers`` at a time; one ledger (and one lock) in ``ledger_dir``."""
     if workers < 1 or workers > 64:
         raise BadInputError("--workers must be between 1 and 64")
     with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
-        return _run_locked(settings, units, ledger_dir, workers, progress, image)
+        return _run_locked(template, host, units, ledger_dir, workers, progress)
 
 
 def _run_locked(
-    settings: RunnerSettings, units: list[Unit], jobs_dir: Path, workers: int, progress: Progress, image: str | None
+    template: TaskSpec, host: HostSettings, units: list[Unit], jobs_dir: Path, workers: int, progress: Progress
 ) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
     children = TaskProcesses()
-    state_dir = settings.state_dir or default_state_dir()
+    state_dir = host.state_dir or default_state_dir()
     todo = [
         unit for unit in units
-        if not (ledger.completed(unit.tag, unit.attempt) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
+        if not (ledger.evaluated(unit.tag, unit.attempt) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
     ]
     for unit in units:
         if unit not in todo:
@@ -305,13 +261,12 @@ def _run_locked(
         progress.started(unit.name)
         try:
             end, wall = _run_one(
-                settings, unit, jobs_dir / BATCH_LOGS, image, children, lambda phase: progress.phase(unit.name, phase)
+                template, host, unit, jobs_dir / BATCH_LOGS, children, lambda phase: progress.phase(unit.name, phase)
             )
         except OSError as e:  # the task could not even start (no space for its log, say)
             log.error("task_not_started", task=unit.name, error_type=type(e).__name__)
             end, wall = TaskEnd(returncode=int(ExitCode.BAD_ENVIRONMENT), outcome=None), 0.0
-        run = end.outcome.run if end.outcome is not None else None
-        row = _row(unit, end.returncode, wall, run, stopping=children.stopping.is_set())
+        row = _row(unit, end, wall, stopping=children.stopping.is_set())
         with ledger_lock:
             try:
                 ledger.upsert(row)
@@ -337,7 +292,7 @@ def _run_locked(
                 ledger.compact()  # the snapshot holds every row when the batch ends
             except (OSError, *REFUSALS) as e:
                 log.error("ledger_not_written", error_type=type(e).__name__)
-    interrupted = interrupted or any(row.state == "interrupted" for row in ran)
+    interrupted = interrupted or any(row.state is TaskState.CANCELLED for row in ran)
     phase_seconds: Counter[str] = Counter()
     for row in ran:
         phase_seconds.update(row.phase_durations_seconds)
@@ -347,8 +302,9 @@ def _run_locked(
         skipped_completed=len(units) - len(todo),
         ran=len(ran),
         resolved=sum(1 for row in ran if row.resolved),
-        failures_by_label=dict(Counter(row.failure_label or row.state for row in ran if not row.resolved)),
-        states=dict(Counter(row.state for row in ran)),
+        failures_by_label=dict(Counter(row.failure_label or row.state.value for row in ran if not row.resolved)),
+        states=dict(Counter(row.state.value for row in ran)),
+        evaluated=sum(1 for row in ran if row.evaluated),
         wall_seconds=time.monotonic() - started,
         phase_seconds=dict(phase_seconds),
         interrupted=interrupted,

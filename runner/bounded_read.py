@@ -30,7 +30,7 @@ from typing import Any
 
 import pydantic_core
 
-from runner.errors import BadInputError
+from runner.errors import UnreadableFileError
 
 _CHUNK = 1 << 16
 
@@ -64,16 +64,8 @@ _HINTS = {
 }
 
 
-class UnreadableFileError(BadInputError):
-    """A file refused by the bounded reader; ``unreadable`` says why, ``name`` is relative to the root.
-
-    Its ``reason`` stays ``bad_input`` (a marker's reasons are a closed set; this never reaches one).
-    """
-
-    def __init__(self, name: str, unreadable: Unreadable) -> None:
-        self.name = name
-        self.unreadable = unreadable
-        super().__init__(f"{name} is unreadable ({unreadable.value}): {_HINTS[unreadable]}")
+def _refused(name: str, unreadable: Unreadable) -> UnreadableFileError:
+    return UnreadableFileError(name, unreadable, _HINTS[unreadable])
 
 
 def public_name(path: Path, root: Path) -> str:
@@ -93,36 +85,36 @@ def _open_regular(path: Path, root: Path) -> tuple[int, os.stat_result]:
     try:
         real = os.path.realpath(path, strict=True)
     except FileNotFoundError:
-        raise UnreadableFileError(name, Unreadable.MISSING) from None
+        raise _refused(name, Unreadable.MISSING) from None
     except OSError:  # a loop of links
-        raise UnreadableFileError(name, Unreadable.NOT_REGULAR) from None
+        raise _refused(name, Unreadable.NOT_REGULAR) from None
     if not _inside(real, root_real):
-        raise UnreadableFileError(name, Unreadable.OUTSIDE)
+        raise _refused(name, Unreadable.OUTSIDE)
     try:
         seen = os.lstat(real)
     except FileNotFoundError:
-        raise UnreadableFileError(name, Unreadable.MISSING) from None
+        raise _refused(name, Unreadable.MISSING) from None
     except OSError:
-        raise UnreadableFileError(name, Unreadable.IO_ERROR) from None
+        raise _refused(name, Unreadable.IO_ERROR) from None
     if not stat.S_ISREG(seen.st_mode):
-        raise UnreadableFileError(name, Unreadable.NOT_REGULAR)  # never opened: a FIFO's open would block
+        raise _refused(name, Unreadable.NOT_REGULAR)  # never opened: a FIFO's open would block
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:
-        raise UnreadableFileError(name, Unreadable.MISSING) from None
+        raise _refused(name, Unreadable.MISSING) from None
     except OSError as e:  # swapped for a link (ELOOP) or a socket (ENXIO) since the lstat
         why = Unreadable.NOT_REGULAR if e.errno in (errno.ELOOP, errno.ENXIO) else Unreadable.IO_ERROR
-        raise UnreadableFileError(name, why) from None
+        raise _refused(name, why) from None
     try:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
-            raise UnreadableFileError(name, Unreadable.NOT_REGULAR)
+            raise _refused(name, Unreadable.NOT_REGULAR)
         try:  # where the kernel says it opened: a directory on the way may have become a link meanwhile
             where = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             where = real
         if not _inside(where, root_real):
-            raise UnreadableFileError(name, Unreadable.OUTSIDE)
+            raise _refused(name, Unreadable.OUTSIDE)
     except BaseException:
         os.close(fd)
         raise
@@ -139,19 +131,19 @@ def read_bounded(path: Path, *, root: Path, max_bytes: int) -> bytes:
     fd, opened = _open_regular(path, root)
     try:
         if opened.st_size > max_bytes:
-            raise UnreadableFileError(name, Unreadable.TOO_LARGE)
+            raise _refused(name, Unreadable.TOO_LARGE)
         chunks: list[bytes] = []
         total = 0
         while True:
             try:
                 chunk = os.read(fd, min(_CHUNK * 16, max_bytes + 1 - total))
             except OSError:
-                raise UnreadableFileError(name, Unreadable.IO_ERROR) from None
+                raise _refused(name, Unreadable.IO_ERROR) from None
             if not chunk:
                 return b"".join(chunks)
             total += len(chunk)
             if total > max_bytes:  # it grew since the fstat
-                raise UnreadableFileError(name, Unreadable.TOO_LARGE)
+                raise _refused(name, Unreadable.TOO_LARGE)
             chunks.append(chunk)
     finally:
         os.close(fd)
@@ -178,14 +170,14 @@ def parse_json_bounded(data: bytes, *, name: str, max_depth: int) -> Any:
     try:
         data.decode("utf-8")  # strict; the parser then reads the same bytes
     except UnicodeDecodeError:
-        raise UnreadableFileError(name, Unreadable.NOT_UTF8) from None
+        raise _refused(name, Unreadable.NOT_UTF8) from None
     try:
         value = pydantic_core.from_json(data, allow_inf_nan=False)
     except ValueError as e:
         deep = str(e).startswith("recursion limit")
-        raise UnreadableFileError(name, Unreadable.TOO_DEEP if deep else Unreadable.NOT_JSON) from None
+        raise _refused(name, Unreadable.TOO_DEEP if deep else Unreadable.NOT_JSON) from None
     if isinstance(value, (dict, list)) and _depth_exceeds(value, max_depth):
-        raise UnreadableFileError(name, Unreadable.TOO_DEEP)
+        raise _refused(name, Unreadable.TOO_DEEP)
     return value
 
 
@@ -230,10 +222,10 @@ def iter_bounded_lines(path: Path, *, root: Path, max_line_bytes: int, max_total
             try:
                 chunk = os.read(fd, _CHUNK)
             except OSError:
-                raise UnreadableFileError(name, Unreadable.IO_ERROR) from None
+                raise _refused(name, Unreadable.IO_ERROR) from None
             total += len(chunk)
             if total > max_total_bytes:
-                raise UnreadableFileError(name, Unreadable.TOO_LARGE)
+                raise _refused(name, Unreadable.TOO_LARGE)
             if not chunk:
                 if overlong:
                     yield BoundedLine(number, None, Unreadable.TOO_LARGE, False)

@@ -1,13 +1,16 @@
-"""``python -m runner``: plan (no mode), ``--precheck``, ``--execute``, ``--reduce``.
+"""``python -m runner``: plan (no mode), ``--precheck``, ``--execute``, ``--reduce``, and batches.
 
-The report of each mode goes to stdout (JSON or markdown); structured logs go
-to stderr. Exit codes are ``runner.errors.ExitCode`` (and 130 on interrupt).
+The operator's input is read once (``runner.tasks.spec.read_operator``: flags, then
+the environment); ``--execute`` hands its one task to the same entry as a
+supervisor's child (``runner.tasks.process.run``), a batch hands each of its tasks to
+the supervisor. The report of each mode goes to stdout (JSON or markdown);
+structured logs go to stderr. Exit codes are ``runner.errors.ExitCode``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,39 +18,53 @@ from typing import Any
 import structlog
 
 from reducers.markers import read_markers
-from runner import early_signals
 from runner.batch import BatchSummary, run_attempts, run_batch
-from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
+from runner.containment import signals
+from runner.containment.parent_death import follow_batch_parent
+from runner.containment.standard_streams import guard_standard_streams
 from runner.context import new_run_id
 from runner.docker_utils import connect, runner_labels, sweep_strays
-from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
+from runner.entry import (
+    COMMANDS,
+    RunnerArgumentParser,
+    add_host_flags,
+    add_task_flags,
+    commands_help,
+    host_flags,
+    refused,
+    render,
+    run_command,
+    task_flags,
+)
+from runner.errors import REFUSALS, BadInputError, ExitCode
 from runner.jobroot import PUBLIC_FILES, JobRoot
 from runner.journal import Journal, default_state_dir
-from runner.lifeline import follow_batch_parent
 from runner.logs import configure_logging
-from runner.pipeline import STEPS
 from runner.phases.precheck import run_precheck
 from runner.phases.reduce import ReduceResult, reduce_job
+from runner.pipeline import STEPS
 from runner.plan import build_plan
 from runner.profiles import list_tags
 from runner.progress import progress_for
-from runner.settings import DEFAULT_TAG, IMAGE_REPOSITORY, OutputFormat, RunnerSettings, load_settings
-from runner.streams import guard_standard_streams
-from runner.supervisor import TaskRequest
-from runner.task import host_settings, own_task
-from runner.task_process import run as run_task_here
+from runner.settings import OutputFormat, RunnerSettings
+from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
+from runner.tasks.process import run as run_task_here
+from runner.tasks.protocol import TaskRequest
+from runner.tasks.spec import OperatorInput, read_operator
 
 log = structlog.get_logger(__name__)
 
+STEP_PHASES = tuple(STEPS)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = RunnerArgumentParser(
         prog="python -m runner",
         description="Run one AgentIssue-Bench task: extract, Codex, patch, evaluate, compact public results. "
         "With no mode, print the plan and touch nothing.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Exit codes: 0 completed (resolved or not) / healthy; 1 runner failure (a phase failed); "
-        "2 bad input; 3 bad environment (Docker, image or codex not usable); 130 interrupted.",
+        epilog=commands_help() + "\n\nExit codes: 0 completed (resolved or not) / healthy; 1 runner failure "
+        "(a phase failed); 2 bad input; 3 bad environment (Docker, image or codex not usable); 130 interrupted.",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--precheck", action="store_true", help="health probe: check codex, Docker, image, layout")
@@ -62,83 +79,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache", choices=["list", "prune"],
         help="the host's extraction cache: list its entries, or prune it to --cache-max-gb",
     )
-    parser.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
-    parser.add_argument(
+    where = parser.add_argument_group("where, and how many")
+    where.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
+    where.add_argument(
         "--tag", action="append", help="AgentIssue-Bench tag (env TAG; default lagent_239); repeat it for a batch"
     )
-    parser.add_argument("--tags-file", type=Path, help="batch: one tag a line, '#' comments")
-    parser.add_argument("--jobs-dir", type=Path, help="batch: one job root per tag, DIR/<tag>, prompts at DIR/<tag>/context/prompt.md")
-    parser.add_argument("--workers", type=int, help="batch (or --attempts): tasks run at once (default 1)")
-    parser.add_argument(
+    where.add_argument("--tags-file", type=Path, help="batch: one tag a line, '#' comments")
+    where.add_argument("--jobs-dir", type=Path,
+                       help="batch: one job root per tag, DIR/<tag>, prompts at DIR/<tag>/context/prompt.md")
+    where.add_argument("--workers", type=int, help="batch (or --attempts): tasks run at once (default 1)")
+    where.add_argument(
         "--attempts", type=int,
         help="independent attempts per tag (default 1): each its own job root <job root>/attempt-<i> "
         "(a batch: DIR/<tag>/attempt-<i>), codex run, patch, evaluation and compact files",
     )
-    parser.add_argument(
-        "--cache-max-gb", type=float, metavar="GB",
-        help="the extraction cache's size bound; least recently used entries go (env RUNNER_CACHE_MAX_GB; "
-        "default 20; 0 turns the cache off)",
-    )
-    parser.add_argument(
-        "--cache-dir", type=Path,
-        help="the extraction cache's directory (env RUNNER_CACHE_DIR; default <state dir>/extract-cache)",
-    )
-    parser.add_argument("--image", help="task image (env IMAGE; default alfin06/agentissue-bench:<tag>)")
-    parser.add_argument("--codex-bin", help="codex executable (env CODEX_BIN; default codex)")
-    parser.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
-    parser.add_argument("--codex-timeout", type=float, metavar="SECONDS", help="codex deadline (default 3600)")
-    parser.add_argument("--eval-timeout", type=float, metavar="SECONDS", help="apply+test deadline (default 300)")
-    parser.add_argument("--eval-network", choices=["none", "bridge", "host"], help="evaluation network (default bridge)")
-    parser.add_argument("--source-dir", help="buggy source in the image (env CONTAINER_BUGGY_SOURCE)")
-    parser.add_argument("--apply-cmd", help="apply command in the container (env PATCH_APPLY_SH)")
-    parser.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
-    parser.add_argument("--state-dir", type=Path, help="the runner's own records, outside every job root (env RUNNER_STATE_DIR)")
-    parser.add_argument("--agent-user", help="run the agent as this unprivileged user; needs root (env RUNNER_AGENT_USER)")
-    parser.add_argument("--model", help="the model codex uses (env RUNNER_MODEL; default: codex's config)")
-    parser.add_argument("--codex-profile", help="codex profile, layered on its config (env RUNNER_CODEX_PROFILE)")
-    parser.add_argument(
-        "--codex-config", action="append", metavar="KEY=VALUE",
-        help="a codex -c override (repeatable; a dotted key, one line; the runner's guards cannot be overridden)",
-    )
-    parser.add_argument("--codex-home", type=Path, help="codex's config and login (default: env CODEX_HOME, else ~/.codex)")
-    parser.add_argument(
-        "--patch-exclude", action="append", metavar="PATTERN",
-        help="leave paths matching this glob out of the patch, beside the built-in artefact list (repeatable)",
-    )
-    parser.add_argument(
+    add_task_flags(parser, many_tags=False)
+    add_host_flags(parser)
+    call = parser.add_argument_group("this call")
+    call.add_argument(
         "--canary", action="store_true",
         help="with --precheck: run the whole pipeline on the stub task with the real codex and a built-in scripted model",
     )
-    parser.add_argument(
+    call.add_argument(
         "--canary-base-image", metavar="IMAGE",
-        help="base of the stub image the canary builds when missing (default debian:bookworm-slim; needs bash, git, python3, patch)",
+        help="base of the stub image the canary builds when missing (default debian:bookworm-slim; "
+        "needs bash, git, python3, patch)",
     )
-    parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
-    parser.add_argument(
-        "--allow-unscorable", action="store_true", default=None,
-        help="evaluate a tag whose profile or image says it cannot be scored (env RUNNER_ALLOW_UNSCORABLE=1); "
-        "recorded in the compact run",
-    )
+    call.add_argument("--format", dest="output_format", choices=["json", "markdown"], help="report format (default json)")
     return parser
-
-
-def _render(report: dict[str, Any], output_format: OutputFormat) -> str:
-    if output_format is OutputFormat.JSON:
-        return json.dumps(report, indent=2, sort_keys=True)
-    lines = [f"# runner: {report.get('mode')}", ""]
-    for key, value in report.items():
-        if key == "mode":
-            continue
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            lines.append(f"## {key}")
-            for item in value:
-                lines.append("- " + "; ".join(f"{k}: {v}" for k, v in item.items()))
-            lines.append("")
-        else:
-            lines.append(f"- **{key}**: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
-    return "\n".join(lines)
-
-
 
 
 def _is_batch(args: argparse.Namespace) -> bool:
@@ -154,33 +122,24 @@ def _is_attempts(args: argparse.Namespace) -> bool:
     )
 
 
-def _settings_from(args: argparse.Namespace) -> RunnerSettings:
+def _operator(args: argparse.Namespace) -> OperatorInput:
+    """What the operator said: flags, then the environment, read once here for every mode."""
+    many = _is_batch(args)
+    single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not many else None
     flags = {
-        key: getattr(args, key)
-        for key in (
-            "job_root", "image", "codex_bin", "allow_pull", "codex_timeout", "eval_timeout",
-            "eval_network", "source_dir", "apply_cmd", "test_cmd", "output_format", "state_dir", "agent_user",
-            "model", "codex_profile", "codex_home", "canary_base_image", "allow_unscorable",
-            "cache_dir", "cache_max_gb",
-        )
+        **task_flags(args), **host_flags(args), "tag": single_tag, "job_root": args.job_root,
+        "output_format": args.output_format, "canary_base_image": args.canary_base_image,
     }
-    for key in ("codex_config", "patch_exclude"):
-        values = getattr(args, key)
-        flags[key] = tuple(values) if values else None
-    single_tag = args.tag[0] if args.tag and len(args.tag) == 1 and not _is_batch(args) else None
-    if _is_batch(args):
-        # A batch takes its tags and image from flags only (README); TAG and IMAGE are not read,
-        # so a stale or bad one in the environment cannot refuse it. Each tag is validated below.
-        flags["image"] = args.image or f"{IMAGE_REPOSITORY}:{DEFAULT_TAG}"
-        single_tag = DEFAULT_TAG
-    return load_settings(tag=single_tag, **flags)
+    # A batch takes its tags and image from flags only (README): TAG and IMAGE are not read,
+    # so a stale or bad one in the environment cannot refuse it. Each tag is validated below.
+    return read_operator(flags, env_skipped=frozenset({"tag", "image"}) if many else frozenset())
 
 
-def _mode(args: argparse.Namespace, settings: RunnerSettings) -> str:
+def _mode(args: argparse.Namespace, precheck_only: bool) -> str:
     for name in ("precheck", "execute", "reduce", "sweep", "list_tags", "cache"):
         if getattr(args, name):
             return name
-    return "precheck" if settings.precheck_only else "plan"
+    return "precheck" if precheck_only else "plan"
 
 
 def _precheck(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
@@ -189,24 +148,32 @@ def _precheck(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return {"mode": "precheck", "tag": settings.tag, "image": settings.resolved_image, **report.model_dump()}, code
 
 
-def _execute(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
-    outcome = run_task_here(TaskRequest(spec=own_task(settings), host=host_settings(settings)))
-    report = {"mode": "execute", "tag": settings.tag, "exit_code": int(outcome.exit_code),
-              **_reduced_fields(outcome.reduced), "message": outcome.message, "public_files": list(PUBLIC_FILES)}
+def _execute(operator: OperatorInput) -> tuple[dict[str, Any], int]:
+    if operator.job_root is None:
+        raise BadInputError("--execute needs --job-root DIR (or JOB_ROOT)")
+    outcome = run_task_here(TaskRequest(spec=operator.spec, job_root=operator.job_root, host=operator.host))
+    run = outcome.run
+    report = {
+        "mode": "execute", "tag": operator.spec.tag, "exit_code": int(outcome.exit_code),
+        **_reduced_fields(outcome.reduced),
+        "verdict_untrusted": run.verdict_untrusted if run is not None else False,
+        "message": outcome.message, "public_files": list(PUBLIC_FILES),
+    }
     return report, int(outcome.exit_code)
 
 
-def _reduced_fields(result: ReduceResult) -> dict[str, Any]:
+def _reduced_fields(result: ReduceResult | None) -> dict[str, Any]:
     """What ``--execute`` and ``--reduce`` report of a run: its reduce marker's result."""
+    result = result or ReduceResult()
     return result.model_dump(mode="json", include={"resolved", "terminal_state", "first_failed_phase", "failure_label"})
 
 
-def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str, Any], int]:
+def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str, Any], int]:
     if not args.execute:
         raise BadInputError("--jobs-dir, --tags-file, --workers and repeated --tag go with --execute")
     if args.jobs_dir is None:
         raise BadInputError("a batch needs --jobs-dir DIR (one job root per tag under it)")
-    if settings.job_root is not None:
+    if operator.job_root is not None:
         raise BadInputError("give --jobs-dir for a batch or --job-root for one task, not both")
     if args.workers is not None and args.workers < 1:
         raise BadInputError("--workers must be between 1 and 64")
@@ -215,30 +182,30 @@ def _batch(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str
         tags += read_tags_file(args.tags_file)
     tags = unique_tags(tags)
     try:
-        if early_signals.pending() is not None:
+        if signals.pending() is not None:
             raise KeyboardInterrupt("signal before start")
         with progress_for(len(tags)) as progress:
-            summary = run_batch(
-                settings, tags, args.jobs_dir, args.workers or 1, progress, image=args.image, attempts=args.attempts or 1
-            )
+            summary = run_batch(operator.spec, operator.host, tags, args.jobs_dir, args.workers or 1, progress,
+                                attempts=args.attempts or 1)
     except KeyboardInterrupt:  # before any task started: still a summary, and 130
         summary = BatchSummary.not_started(len(tags))
     return summary.report(), summary.exit_code
 
 
-def _attempts(args: argparse.Namespace, settings: RunnerSettings) -> tuple[dict[str, Any], int]:
-    if settings.job_root is None:
+def _attempts(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str, Any], int]:
+    if operator.job_root is None:
         raise BadInputError("--attempts needs --job-root DIR (attempts go to DIR/attempt-<i>) or a batch's --jobs-dir")
     try:
-        if early_signals.pending() is not None:
+        if signals.pending() is not None:
             raise KeyboardInterrupt("signal before start")
         with progress_for(args.attempts) as progress:
-            summary = run_attempts(settings, settings.job_root, args.attempts, args.workers or 1, progress)
+            summary = run_attempts(operator.spec, operator.host, operator.job_root, args.attempts, args.workers or 1,
+                                   progress)
     except KeyboardInterrupt:
         summary = BatchSummary.not_started(1)
     report = summary.report()
     report["mode"] = "attempts"
-    report["tag"] = settings.tag
+    report["tag"] = operator.spec.tag
     return report, summary.exit_code
 
 
@@ -294,68 +261,63 @@ def _list_tags(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     return {"mode": "list-tags", "count": len(rows), "tags": rows}, ExitCode.COMPLETED
 
 
-MODES = {"precheck": _precheck, "execute": _execute, "reduce": _reduce, "sweep": _sweep, "list_tags": _list_tags}
-# ``python -m runner <subcommand> ...``: modules with their own ``main(argv) -> int``.
-SUBCOMMANDS = {"audit": "runner.audit"}
+MODES = {"precheck": _precheck, "reduce": _reduce, "sweep": _sweep, "list_tags": _list_tags}
 
 
-def _subcommand(name: str, argv: list[str]) -> int:
-    import importlib
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    if signals.pending() is not None and not (_is_batch(args) or _is_attempts(args)):
+        signals.raise_interrupt(signals.pending() or 0, None)
+    operator = _operator(args)
+    mode = _mode(args, operator.call.precheck_only)
+    if args.attempts is not None:
+        check_attempts(args.attempts)
+        if mode != "execute":
+            raise BadInputError("--attempts goes with --execute (or with submit, for the fleet)")
+    if args.canary:
+        if mode != "precheck" or _is_batch(args):
+            raise BadInputError("--canary goes with --precheck (one host check, not a task run)")
+        from runner.canary.run import run_canary
 
-    configure_logging()
-    early_signals.interrupt_from_now_on()
-    return int(importlib.import_module(SUBCOMMANDS[name]).main(argv))
+        return run_canary(operator.settings())
+    if _is_batch(args):
+        return _batch(args, operator)
+    if _is_attempts(args):
+        return _attempts(args, operator)
+    if mode == "execute":
+        return _execute(operator)
+    settings = operator.settings()
+    if mode == "plan":
+        return build_plan(settings), ExitCode.COMPLETED
+    if mode == "cache":
+        return _cache(settings, args.cache)
+    return MODES[mode](settings)
 
 
-STEP_PHASES = tuple(STEPS)
+def _format_of(args: argparse.Namespace) -> str:
+    """The report's format: the flag, else RUNNER_FORMAT, else JSON (as the call settings read it)."""
+    chosen = args.output_format or os.environ.get("RUNNER_FORMAT") or OutputFormat.JSON.value
+    return chosen if chosen in {f.value for f in OutputFormat} else OutputFormat.JSON.value
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] and argv[0] in SUBCOMMANDS:
-        return _subcommand(argv[0], argv[1:])
+    if argv[:1] and argv[0] in COMMANDS:
+        return run_command(argv[0], argv[1:])
     guard_standard_streams()  # a reader of our output going away must never end the run
     args = build_parser().parse_args(argv)
     configure_logging()
-    early_signals.interrupt_from_now_on()
+    signals.interrupt_from_now_on()
     follow_batch_parent()
-    output_format = OutputFormat(args.output_format or "json")
     try:
-        if early_signals.pending() is not None and not (_is_batch(args) or _is_attempts(args)):
-            early_signals.raise_interrupt(early_signals.pending() or 0, None)
-        settings = _settings_from(args)
-        output_format = settings.output_format
-        mode = _mode(args, settings)
-        if args.attempts is not None:
-            check_attempts(args.attempts)
-            if mode != "execute":
-                raise BadInputError("--attempts goes with --execute (or with submit, for the fleet)")
-        if args.canary:
-            if mode != "precheck" or _is_batch(args):
-                raise BadInputError("--canary goes with --precheck (one host check, not a task run)")
-            from runner.canary.run import run_canary
-
-            report, code = run_canary(settings)
-        elif _is_batch(args):
-            report, code = _batch(args, settings)
-        elif _is_attempts(args):
-            report, code = _attempts(args, settings)
-        elif mode == "plan":
-            report, code = build_plan(settings), ExitCode.COMPLETED
-        elif mode == "cache":
-            report, code = _cache(settings, args.cache)
-        else:
-            report, code = MODES[mode](settings)
+        report, code = _run(args)
     except REFUSALS as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner: {e}", file=sys.stderr)
-        return int(exit_code_of(e))
+        return refused("runner", e)
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
         if _is_batch(args) or _is_attempts(args):  # stopped while reading its input: a batch still answers with its summary
-            print(_render(BatchSummary.not_started(len(args.tag or [])).report(), output_format))
+            print(render(BatchSummary.not_started(len(args.tag or [])).report(), _format_of(args)))
         return int(ExitCode.INTERRUPTED)
-    print(_render(report, output_format))
+    print(render(report, _format_of(args)))
     if report.get("message"):
         print(f"runner: {report['message']}", file=sys.stderr)
     return int(code)

@@ -31,7 +31,8 @@ from requests.exceptions import RequestException
 from urllib3.exceptions import ProtocolError
 
 from runner.errors import DockerUnavailableError, EnvironmentNotReadyError, ImageMissingError
-from runner.owner import Owner, current_owner
+from runner.containment import signals
+from runner.containment.run_owner import Owner, current_owner
 
 log = structlog.get_logger(__name__)
 
@@ -230,7 +231,8 @@ def managed_container(
     container: Container | None = None
     try:
         try:
-            container = client.containers.create(image, labels=labels, **create)
+            with signals.deferred():  # an interrupt mid-request would leave the daemon a container no one owns
+                container = client.containers.create(image, labels=labels, **create)
         except ImageNotFound:
             raise ImageMissingError(image) from None
         yield container
@@ -277,15 +279,6 @@ class _ChunkReader(io.RawIOBase):
         super().close()
 
 
-def archive_stream(container: Container, path: str) -> IO[bytes]:
-    """The tar stream of ``path`` in the container, read chunk by chunk, never held whole.
-
-    Raises:
-        NotFound: ``path`` does not exist in the container.
-    """
-    return archive_stream_with_stat(container, path)[0]
-
-
 # Go's os.ModeSymlink, in the mode of the daemon's path stat.
 _GO_MODE_SYMLINK = 1 << 27
 
@@ -295,7 +288,12 @@ def is_symlink_stat(stat: dict[str, Any]) -> bool:
 
 
 def archive_stream_with_stat(container: Container, path: str) -> tuple[IO[bytes], dict[str, Any]]:
-    """``archive_stream`` and the daemon's stat of ``path`` (``name``, ``mode``, ``linkTarget``)."""
+    """The tar stream of ``path`` in the container, read chunk by chunk, never held whole, and the
+    daemon's stat of ``path`` (``name``, ``mode``, ``linkTarget``).
+
+    Raises:
+        NotFound: ``path`` does not exist in the container.
+    """
     chunks, stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
     first = next(chunks, b"")
     # docker-py keeps the streaming response in its generator's frame and offers no

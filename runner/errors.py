@@ -8,6 +8,7 @@ exit code the CLI returns for it and a short ``reason`` code for markers.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 # What reducers/ raises has its own root there (reducers import nothing of runner/); it is
 # re-exported here, so that errors are imported from one place, and mapped to exit codes below.
@@ -41,6 +42,31 @@ class BadInputError(RunnerError):
 
     exit_code = ExitCode.BAD_INPUT
     reason = "bad_input"
+
+
+class JobRootBusyError(BadInputError):
+    """Another run (or batch, or audit) holds the job root's lock; its pid is named."""
+
+    reason = "job_root_locked"
+
+
+class MessageError(BadInputError):
+    """A fleet message (or a submission) that cannot become a task; names the fields, never their values."""
+
+    reason = "bad_message"
+
+
+class UnreadableFileError(BadInputError):
+    """A file refused by the bounded reader (``runner.bounded_read``): ``unreadable`` says why (a
+    closed set), ``name`` is relative to the directory it was read in; its text is never quoted.
+
+    Its ``reason`` stays ``bad_input`` (a marker's reasons are a closed set; this never reaches one).
+    """
+
+    def __init__(self, name: str, unreadable: Any, hint: str) -> None:
+        self.name = name
+        self.unreadable = unreadable
+        super().__init__(f"{name} is unreadable ({unreadable.value}): {hint}")
 
 
 class EnvironmentNotReadyError(RunnerError):
@@ -117,6 +143,24 @@ class UnscorableError(EnvironmentNotReadyError):
         self.details: dict[str, object] = {"refusal": refusal, "tag_profile": tag_profile}
 
 
+class CacheEntryError(RunnerError):
+    """An extraction cache entry failed its check; the caller discards it and extracts again."""
+
+    reason = "cache_entry_invalid"
+
+
+class ProfileDataError(RunnerError):
+    """The shipped tag profile file is broken: a packaging bug, named precisely."""
+
+    reason = "tag_profiles_invalid"
+
+
+class AgentNotContainedError(RunnerError):
+    """Processes of the agent are still alive after SIGKILL: the attempt cannot be trusted."""
+
+    reason = "agent_not_contained"
+
+
 class PhaseError(RunnerError):
     """A phase ran and failed; the pipeline records it and stops there."""
 
@@ -142,6 +186,18 @@ class UnsafeArchiveError(PhaseError):
             "extract",
             "unsafe_archive_entry",
             f"archive entry {entry!r} refused ({why}); the image's source tree is not safe to extract",
+        )
+
+
+class TamperCheckError(PhaseError):
+    """The tamper check itself failed: what the agent did cannot be verified, so the attempt is not trusted."""
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        super().__init__(
+            "codex",
+            "tamper_check_failed",
+            f"the runner's files could not be verified {step} codex ({type(error).__name__}); "
+            "the attempt is not trusted",
         )
 
 

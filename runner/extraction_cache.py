@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runner.atomic import write_bytes_atomic
 from runner.context import sha256_file
-from runner.errors import RunnerError
+from runner.errors import CacheEntryError
 from runner.journal import default_state_dir
 from runner.settings import RunnerSettings
 from runner.gitops import (
@@ -66,12 +66,6 @@ GIB = 1024**3
 # What the cache's own file operations and git raise when its disk or an entry fails it.
 CACHE_FAULTS: tuple[type[Exception], ...] = (OSError, GitCommandError, tarfile.TarError)
 WITHOUT_THE_CACHE = "extracted without the cache; free space on its disk or move it with --cache-dir"
-
-
-class CacheEntryError(RunnerError):
-    """An entry failed its check; the caller discards it and extracts again."""
-
-    reason = "cache_entry_invalid"
 
 
 class TreeStats(BaseModel):

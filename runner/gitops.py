@@ -22,7 +22,7 @@ from typing import Any
 
 from git import Git, GitCommandError, Repo
 
-from runner.containment import die_with_parent_prefix
+from runner.containment.agent import die_with_parent_prefix
 
 BASELINE_MESSAGE = "agentissue-runner baseline: buggy source as extracted"
 BRANCH = "main"

@@ -40,6 +40,12 @@ def patch_relpath(tag: str) -> str:
 
 @dataclass(frozen=True)
 class JobRoot:
+    """One task's private directory and the names of everything in it (the layout, in one place).
+
+    Paths only: building one touches nothing, so a driver, a phase and the reducers agree on
+    where the prompt, the tree, the markers, the logs and the public files are.
+    """
+
     root: Path
     tag: str
 

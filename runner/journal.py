@@ -64,6 +64,13 @@ def _read_job_id(root: Path) -> str | None:
 
 @dataclass
 class Journal:
+    """The runner's own record of one job root, kept in the state dir, outside every job root.
+
+    It holds each phase's marker as the runner wrote it and the agent's process while it
+    runs, so a resume trusts only what this record says: a marker file in the job root is
+    its copy, replaced when it differs, and an agent a dead run left is found and ended.
+    """
+
     path: Path
     data: dict[str, Any]
 

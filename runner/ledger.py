@@ -15,8 +15,8 @@ through ``runner.bounded_read`` (inside the jobs dir, regular files, bounded in 
 and line length), so a planted FIFO or a 600 MB line cannot hang or exhaust the batch.
 
 With attempts (``--attempts K``) a row is one attempt (``tag`` + ``attempt``) and the
-ledger adds a summary per tag: n attempts scored (finished without an infrastructure
-failure), c resolved, pass@1 (c/n, the mean over attempts) and pass@k (Chen et al.,
+ledger adds a summary per tag: n attempts scored (``done``: the agent had its say, no
+infrastructure failure ended it), c resolved, pass@1 (c/n, the mean over attempts) and pass@k (Chen et al.,
 2021). A ledger without attempts keeps the bytes it always had.
 """
 
@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+from pydantic_core import from_json
 
 from reducers.markers import compact_input_error
-from reducers.models import LedgerState
-from reducers.passk import is_infra_failure, pass_at_markdown, suite_pass_at_summary, tag_pass_at
+from reducers.outcome import TaskFacts, TaskState
+from reducers.passk import infra_label, pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.atomic import write_bytes_atomic
 from runner.bounded_read import UnreadableFileError, iter_bounded_lines, read_bounded_json
 from runner.errors import CompactInputError
@@ -43,7 +44,9 @@ LEDGER_MD = "run-ledger.md"
 LEDGER_JOURNAL = "run-ledger.journal.jsonl"
 COMPACT_FRACTION = 8  # rewrite the snapshot once the journal holds rows/8 entries
 COMPACT_SECONDS = 60.0
-SCHEMA = "benchmark_run_ledger_v0"
+SCHEMA = "benchmark_run_ledger_v1"
+# The states of a v0 row (how the task process ended), read and upgraded to the one TaskState.
+V0_STATES = frozenset({"completed", "failed", "bad_input", "bad_environment", "interrupted"})
 # Far above what the runner writes (a row is under 1 KB, a snapshot of 100,000 rows about 70 MB,
 # a journal is compacted at an eighth of the rows), low enough that a planted file cannot exhaust
 # memory: the snapshot is held whole, the journal streamed (a line at a time; reading 1 GiB takes a second).
@@ -53,40 +56,21 @@ JOURNAL_LINE_MAX_BYTES = 64 << 10
 JOURNAL_MAX_BYTES = 1 << 30
 
 
-class LedgerRow(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class LedgerRow(TaskFacts):
+    """A batch task's row: the facts every ledger shares (``reducers.outcome``), keyed by tag and attempt."""
 
     tag: str
     attempt: int | None = None  # None: the tag's only run, job root DIR/<tag>; i: DIR/<tag>/attempt-<i>
-    state: LedgerState
-    exit_code: int
-    resolved: bool | None
-    first_failed_phase: str | None
-    failure_label: str | None
-    wall_seconds: float
-    phase_durations_seconds: dict[str, float]
-    patch_sha256: str | None
-    patch_bytes: int | None
-    image_digest: str | None
-    image_id: str | None
-    input_tokens: int
-    output_tokens: int
-    # resolved is the official score; the runner's exit-code verdict and the trust in it beside it.
-    exit_code_verdict: bool | None = None
-    verdict_untrusted: bool = False
 
-    @property
-    def completed(self) -> bool:
-        return self.state is LedgerState.COMPLETED
+    @classmethod
+    def from_disk(cls, data: Any) -> LedgerRow:
+        """A row as a ledger file holds it: this runner's, or (without ``infra_failure``) one that a
+        runner before the one task contract wrote (``benchmark_run_ledger_v0``), upgraded."""
+        return cls.model_validate(_upgraded_v0(data))
 
     @property
     def key(self) -> str:
         return row_key(self.tag, self.attempt)
-
-    @property
-    def scored(self) -> bool:
-        """Counts in pass@k: the agent had its say (no infrastructure failure ended it)."""
-        return self.state in (LedgerState.COMPLETED, LedgerState.FAILED) and not is_infra_failure(self.state, self.failure_label)
 
     def public(self) -> dict[str, Any]:
         """The row as the ledger files show it (no ``attempt`` key on a single-attempt row)."""
@@ -94,6 +78,26 @@ class LedgerRow(BaseModel):
         if self.attempt is None:
             del dumped["attempt"]
         return dumped
+
+
+def _upgraded_v0(data: Any) -> Any:
+    """A v0 row's state was how its process ended; v1's is the one ``TaskState`` (same rule, same labels)."""
+    if not isinstance(data, dict) or "infra_failure" in data or data.get("state") not in V0_STATES:
+        return data
+    old, label = data["state"], data.get("failure_label")
+    upgraded = {**data, "infra_failure": False}
+    if old == "completed":
+        upgraded["state"] = TaskState.DONE
+    elif old == "interrupted":
+        upgraded["state"] = TaskState.CANCELLED
+    elif old == "bad_input":
+        upgraded.update(state=TaskState.FAILED, failure_label=label or "bad_input")
+    elif old == "failed" and label and not infra_label(label):
+        upgraded.update(state=TaskState.DONE, resolved=False)
+    else:
+        fallback = "bad_environment" if old == "bad_environment" else f"exit_{data.get('exit_code')}"
+        upgraded.update(state=TaskState.FAILED, infra_failure=True, failure_label=label or fallback)
+    return upgraded
 
 
 def row_key(tag: str, attempt: int | None) -> str:
@@ -122,7 +126,7 @@ class RunLedger:
         try:
             raw = read_bounded_json(self.json_path, root=self.jobs_dir, max_bytes=LEDGER_MAX_BYTES,
                                     max_depth=LEDGER_MAX_DEPTH)
-            rows = [LedgerRow.model_validate(row) for row in raw["rows"]]  # "tasks"/"suite" are derived
+            rows = [LedgerRow.from_disk(row) for row in raw["rows"]]  # "tasks"/"suite" are derived
         except UnreadableFileError as e:
             raise CompactInputError(LEDGER_JSON, "", f"unreadable ({e.unreadable.value}); move it aside") from e
         except (KeyError, TypeError) as e:
@@ -146,8 +150,8 @@ class RunLedger:
                 if line.data is None:
                     continue  # an overlong line: skipped like a torn one
                 try:
-                    row = LedgerRow.model_validate_json(line.data)  # pydantic-core's parser: bounded depth
-                except ValidationError:
+                    row = LedgerRow.from_disk(from_json(line.data))  # pydantic-core's parser: bounded depth
+                except ValueError:  # not JSON, or not a row (ValidationError is a ValueError)
                     continue
                 self.rows[row.key] = row
                 entries += 1
@@ -189,9 +193,9 @@ class RunLedger:
         self._compacted_at = time.monotonic()
         self._compact_seconds = self._compacted_at - started
 
-    def completed(self, tag: str, attempt: int | None) -> bool:
+    def evaluated(self, tag: str, attempt: int | None) -> bool:
         row = self.rows.get(row_key(tag, attempt))
-        return row is not None and row.completed
+        return row is not None and row.evaluated
 
     def document(self) -> dict[str, Any]:
         rows = sorted(self.rows.values(), key=_order)
@@ -217,7 +221,7 @@ def render_markdown(document: dict[str, Any]) -> str:
         sha = (row["patch_sha256"] or "-")[:12]
         lines.append(
             f"| {tag} | {row['state']} | {resolved} | {row['first_failed_phase'] or '-'} | "
-            f"{row['wall_seconds']:.1f} | {sha} | {row['patch_bytes'] if row['patch_bytes'] is not None else '-'} | "
+            f"{row['wall_seconds'] or 0:.1f} | {sha} | {row['patch_bytes'] if row['patch_bytes'] is not None else '-'} | "
             f"{row['image_digest'] or row['image_id'] or '-'} | "
             f"{ {True: 'yes', False: 'no', None: '-'}[row.get('exit_code_verdict')] } | "
             f"{'yes' if row.get('verdict_untrusted') else 'no'} |"

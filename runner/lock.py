@@ -13,13 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.errors import BadInputError
+from runner.errors import JobRootBusyError
 
 LOCK_NAME = ".runner.lock"
-
-
-class JobRootBusyError(BadInputError):
-    reason = "job_root_locked"
 
 
 @contextmanager

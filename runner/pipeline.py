@@ -53,11 +53,11 @@ from runner.errors import (
     exit_code_of,
 )
 from runner.atomic import open_private
-from runner.containment import end_agent
+from runner.containment.agent import end_agent
 from runner.context import sha256_file
 from runner.gitops import release_stale_git_locks
 from runner.journal import Journal, PhaseClock, default_state_dir, load_marker, write_marker
-from runner.reaper import kill_descendants
+from runner.containment.descendants import kill_descendants
 from runner.docker_utils import daemon_gone, sweep_strays
 from runner.lock import job_root_lock
 from runner.phases.baseline import baseline

@@ -14,9 +14,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from runner.errors import RunnerError
+from reducers.models import Frozen
+
+from runner.errors import ProfileDataError
 
 PROFILES_RESOURCE = "tag_profiles.toml"
 # The settings a profile may supply.
@@ -51,17 +53,7 @@ DEFECTS: dict[str, str | None] = {
 Defect = Literal[tuple(DEFECTS)]  # type: ignore[valid-type]
 
 
-class ProfileDataError(RunnerError):
-    """The shipped profile file is broken: a packaging bug, named precisely."""
-
-    reason = "tag_profiles_invalid"
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Defaults(_Frozen):
+class Defaults(Frozen):
     repository: str
     repository_aliases: list[str] = Field(default_factory=list)
     entrypoint: str
@@ -70,7 +62,7 @@ class Defaults(_Frozen):
     eval_timeout: float = Field(gt=0)
 
 
-class TagProfile(_Frozen):
+class TagProfile(Frozen):
     """One tag as the public sources describe it; the commands are derived from the entrypoint."""
 
     name: str
@@ -119,7 +111,7 @@ class TagProfile(_Frozen):
         }
 
 
-class ProfileTable(_Frozen):
+class ProfileTable(Frozen):
     defaults: Defaults
     profiles: dict[str, TagProfile]
     by_alias: dict[str, str]

@@ -63,7 +63,7 @@ class RichProgress:
         states = [row[0] for row in rows.values()]
         running = states.count("running")
         done = len(states) - running
-        failed = sum(1 for s in states if s not in ("running", "completed", "skipped"))
+        failed = sum(1 for s in states if s in ("failed", "cancelled"))  # not scored: no verdict of the agent's
         table = Table(title=f"{done}/{self._total} done, {running} running, {failed} failed", expand=False)
         for column in ("task", "state", "phase", "seconds", "resolved"):
             table.add_column(column)
@@ -86,7 +86,7 @@ class RichProgress:
     def finished(self, row: LedgerRow) -> None:
         with self._lock:
             resolved = {True: "yes", False: "no", None: "-"}[row.resolved]
-            self._rows[row.key] = [row.state, row.first_failed_phase or "-", f"{row.wall_seconds:.0f}", resolved]
+            self._rows[row.key] = [row.state.value, row.first_failed_phase or "-", f"{row.wall_seconds or 0:.0f}", resolved]
 
     def skipped(self, tag: str) -> None:
         with self._lock:

@@ -51,7 +51,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _running(pid: int | str) -> bool:
     """Alive and not a zombie (the runner's own /proc reader)."""
-    from runner.owner import stat_fields
+    from runner.containment.run_owner import stat_fields
 
     fields = stat_fields(pid)
     return bool(fields) and fields[0] != "Z"
@@ -451,3 +451,8 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
             docker_client.images.remove(tag, noprune=True)
         except Exception:
             pass
+
+
+# The fleet's fixture (workers on a real Redis), for every test file that runs a fleet; imported last,
+# since tests.fleet_support takes its helpers from this module.
+from tests.fleet_support import fleet  # noqa: E402,F401

@@ -4,6 +4,8 @@ Not a fake Docker: every byte goes to and from the real engine. When a client se
 request whose line contains ``cut_on`` (``/archive``, ``/attach``, ...), the proxy stops
 answering at that instant: the request is never forwarded, every open connection is
 closed and the socket file removed, so new connections fail as with a stopped daemon.
+With ``hold_on``, a request whose line contains it is held that long before it is forwarded
+(``held`` is set meanwhile): a daemon slow to take a request, while the client waits for it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 
@@ -22,8 +25,10 @@ def engine_socket() -> str:
 
 
 class CuttableDockerProxy:
-    def __init__(self, cut_on: bytes) -> None:
+    def __init__(self, cut_on: bytes | None = None, *, hold_on: bytes | None = None, hold_seconds: float = 0.0) -> None:
         self.cut_on = cut_on
+        self.hold_on, self.hold_seconds = hold_on, hold_seconds
+        self.held = threading.Event()
         self.cut = threading.Event()
         self._dir = tempfile.mkdtemp(prefix="dproxy-", dir="/tmp")  # short: unix socket paths are limited
         self.path = Path(self._dir) / "docker.sock"
@@ -62,9 +67,13 @@ class CuttableDockerProxy:
                 data = source.recv(65536)
                 if not data or self.cut.is_set():
                     break
-                if from_client and self.cut_on in data.split(b"\r\n", 1)[0]:
+                line = data.split(b"\r\n", 1)[0] if from_client else b""
+                if self.cut_on is not None and self.cut_on in line:
                     self.stop()
                     break
+                if self.hold_on is not None and self.hold_on in line and not self.held.is_set():
+                    self.held.set()  # the first such request only
+                    time.sleep(self.hold_seconds)
                 sink.sendall(data)
         except OSError:
             pass

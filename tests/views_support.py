@@ -17,6 +17,8 @@ import pytest
 
 from reducers.models import Marker, MarkerStatus, Phase, marker_type
 from runner.batch import Unit, _row
+from runner.tasks.protocol import TaskOutcome
+from runner.tasks.supervisor import TaskEnd
 from runner.jobroot import JobRoot, written_run
 from runner.ledger import RunLedger
 from runner.journal import write_marker
@@ -99,7 +101,8 @@ def make_batch(jobs_dir: Path, kinds: dict[str, str], *, scale: float = 1.0) -> 
         if kind != "bad_environment":
             reduce_job(job)
         wall = sum(m.duration_seconds for m in _markers(kind, tag, scale)) + 1.5
-        ledger.upsert(_row(Unit(tag, None, root), EXIT[kind], wall, written_run(root)))
+        outcome = TaskOutcome(exit_code=EXIT[kind], run=written_run(root))
+        ledger.upsert(_row(Unit(tag, None, root), TaskEnd(returncode=EXIT[kind], outcome=outcome), wall))
     return Batch(jobs_dir=jobs_dir, kinds=kinds)
 
 

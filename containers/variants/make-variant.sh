@@ -49,5 +49,7 @@ case "$variant" in
         rm -rf /app/source_code_fixed/.git ;;
     opt_entrypoint)   # the entrypoint in /opt, nothing at /usr/local/bin (gpt-researcher_1027, pythagora_55)
         mv "$ep" /opt/run_test_entrypoint.sh ;;
+    every_entrypoint) # the entrypoint where each profile looks for it: /usr/local/bin, /app (agixt_1369), /opt (superagent_953)
+        cp "$ep" /app/run_test_entrypoint.sh && cp "$ep" /opt/run_test_entrypoint.sh ;;
     *) echo "unknown variant: $variant" >&2; exit 2 ;;
 esac

@@ -9,6 +9,8 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -18,10 +20,13 @@ from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage, Retries, TimeLimit
 
-from runner.errors import BadInputError, BrokerUnavailableError
-from runner.fleet.messages import ACTOR_NAME, TaskMessage
+from runner.errors import BadInputError, BrokerUnavailableError, MessageError
+from runner.tasks.protocol import TaskMessage
 
 DEFAULT_NAMESPACE = "runner-fleet"
+ACTOR_NAME = "run_task"
+DEFAULT_QUEUE = "runner"
+SAFE_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
 # The runner's own deadlines (codex, evaluation) are the ones that count; Dramatiq's time
 # limit (10 minutes by default) would kill hour-long runs, so it is only a last backstop.
 TIME_LIMIT_MS = 48 * 3600 * 1000
@@ -33,6 +38,45 @@ DEFAULT_INFRA_RETRIES = 2
 # "60 s" mean "some time in the next half hour". Every call does it here: it costs a sorted-set
 # range per call on a handful of workers.
 MAINTENANCE_CHANCE = 1_000_000
+
+
+def check_queue(queue: str) -> str:
+    if not SAFE_QUEUE.fullmatch(queue):
+        raise MessageError("queue name must be 1-64 letters, digits, '_' or '-'")
+    return queue
+
+
+class _MessagesByIdOnly(logging.Filter):
+    """Dramatiq's own log lines name a message by its repr, which holds its arguments: the prompt.
+
+    Each such argument is replaced by the message's id, so no log line carries a task's text.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_by_id(arg) for arg in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {key: _by_id(value) for key, value in record.args.items()}
+        if isinstance(record.msg, Message):
+            record.msg = _by_id(record.msg)
+        return True
+
+
+def _by_id(value: object) -> object:
+    if isinstance(value, Message) or (hasattr(value, "message_id") and hasattr(value, "args")):
+        return f"message {getattr(value, 'message_id', '?')}"
+    return value
+
+
+def quiet_dramatiq_messages() -> None:
+    """Keep task text out of Dramatiq's own logging (its warnings on retries, failures, timeouts).
+
+    On the root's handlers, where every logger's records end (Dramatiq makes a logger per
+    class and instance, so a filter on a logger would miss its children's records).
+    """
+    for handler in logging.root.handlers:
+        if not any(isinstance(f, _MessagesByIdOnly) for f in handler.filters):
+            handler.addFilter(_MessagesByIdOnly())
 
 
 def where(url: str) -> str:

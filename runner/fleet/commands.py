@@ -9,9 +9,8 @@ drops queued messages and interrupts running tasks through the child's cleanup.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +20,25 @@ from dramatiq import Message
 
 from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
-from runner.tags import check_attempts, read_tags_file, unique_tags
-from runner.errors import BadInputError, ExitCode, REFUSALS, exit_code_of
-from runner.fleet.broker import DEFAULT_NAMESPACE, Keys, connect_redis, make_broker, task_message
-from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary
-from runner.fleet.messages import (
+from runner.entry import RunnerArgumentParser, add_task_flags, answer, task_flags
+from runner.errors import BadInputError, BrokerUnavailableError, ExitCode
+from runner.fleet.broker import (
+    DEFAULT_NAMESPACE,
     DEFAULT_QUEUE,
-    MAX_PROMPT_BYTES,
-    TaskMessage,
-    TaskOptions,
+    Keys,
     check_queue,
-    check_suite,
-    task_key,
+    connect_redis,
+    make_broker,
+    task_message,
+    where,
 )
+from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary
 from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
 from runner.logs import configure_logging
 from runner.public import private_texts_for
-from runner.settings import is_safe_tag, load_settings
+from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
+from runner.tasks.protocol import MAX_PROMPT_BYTES, TaskMessage, check_suite, task_key
+from runner.tasks.spec import read_operator
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +53,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def submit_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runner submit", description="Queue a suite: one task per tag and attempt.")
+    parser = RunnerArgumentParser(prog="python -m runner submit", description="Queue a suite: one task per tag and attempt. "
+                                  "Each task carries the task flags as given (the same as a single run's); each "
+                                  "worker fills the rest from the tag's own profile, as a single run does.")
     _common(parser)
     parser.add_argument("--suite", required=True, help="the suite's name (letters, digits, '_ . -')")
     parser.add_argument("--tag", action="append", help="a tag (repeatable)")
@@ -60,14 +63,7 @@ def submit_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts-dir", type=Path, required=True, help="prompts at DIR/<tag>/context/prompt.md")
     parser.add_argument("--attempts", type=int, default=1, help="independent attempts per tag (default 1)")
     parser.add_argument("--queue", default=DEFAULT_QUEUE, help=f"the queue (pool of hosts) to run on (default {DEFAULT_QUEUE})")
-    parser.add_argument("--image", help="task image for every tag (default alfin06/agentissue-bench:<tag>)")
-    parser.add_argument("--allow-pull", action="store_true", default=None)
-    parser.add_argument("--codex-timeout", type=float, metavar="SECONDS")
-    parser.add_argument("--eval-timeout", type=float, metavar="SECONDS")
-    parser.add_argument("--eval-network", choices=["none", "bridge", "host"])
-    parser.add_argument("--source-dir")
-    parser.add_argument("--apply-cmd")
-    parser.add_argument("--test-cmd")
+    add_task_flags(parser, many_tags=True)
     return parser
 
 
@@ -87,17 +83,14 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     suite = check_suite(args.suite)
     queue = check_queue(args.queue)
     check_attempts(args.attempts)
-    tags = list(args.tag or [])
+    tags = [check_tag(tag, "--tag") for tag in args.tag or []]
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
-    for tag in tags:
-        if not is_safe_tag(tag):
-            raise BadInputError(f"--tag {tag[:40]!r} is not a safe tag")
     tags = unique_tags(tags)
-    flags = {key: getattr(args, key) for key in ("allow_pull", "codex_timeout", "eval_timeout", "eval_network",
-                                                 "source_dir", "apply_cmd", "test_cmd")}
-    settings = load_settings(image=args.image, **flags)  # the task settings, checked once, for every tag
-    options = TaskOptions.from_settings(settings, args.image)
+    # What the operator said, read once (flags, then the environment, as a batch reads them);
+    # each tag's profile is applied by the worker's task process, never here.
+    template = read_operator(task_flags(args), env_skipped=frozenset({"tag", "image"})).spec
+    specs = {tag: template.for_tag(tag) for tag in tags}
     client = connect_redis(args.broker)
     keys = Keys(args.namespace)
     ledger = SuiteLedger(client, keys, suite)
@@ -117,7 +110,7 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                     else:
                         skipped += 1
                     continue
-                task = TaskMessage(suite=suite, tag=tag, attempt=attempt, prompt=prompt, options=options)
+                task = TaskMessage(suite=suite, attempt=attempt, prompt=prompt, spec=specs[tag])
                 fresh = LedgerRow(tag=tag, attempt=attempt, state=TaskState.QUEUED, queue=queue, submitted_at=now())
                 if ledger.update(key, lambda cur, fresh=fresh: None if cur and cur.state in ACTIVE_STATES else fresh):
                     client.srem(keys.cancelled(suite), key)
@@ -142,7 +135,7 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
 
 def status_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runner status", description="A suite's ledger across every host.")
+    parser = RunnerArgumentParser(prog="python -m runner status", description="A suite's ledger across every host.")
     _common(parser)
     parser.add_argument("--suite", help="one suite (default: every suite)")
     parser.add_argument("--format", dest="output_format", choices=["json", "markdown"], default="json")
@@ -164,6 +157,9 @@ def status(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     try:
         if args.suite is not None:
             suites = [check_suite(args.suite)]
+            if not client.sismember(keys.suites, args.suite):
+                raise BadInputError(f"no suite {args.suite!r} on this broker (namespace {args.namespace}); "
+                                    "`python -m runner status` lists the suites it has")
         else:
             suites = sorted(name.decode() for name in client.smembers(keys.suites))
         document = {"schema_version": "runner_fleet_status_v0", "suites": [suite_status(client, keys, s) for s in suites]}
@@ -199,7 +195,7 @@ def render_markdown(document: dict[str, Any]) -> str:
 
 
 def cancel_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runner cancel", description="Drop a suite's queued tasks, interrupt its running ones.")
+    parser = RunnerArgumentParser(prog="python -m runner cancel", description="Drop a suite's queued tasks, interrupt its running ones.")
     _common(parser)
     parser.add_argument("--suite", required=True)
     parser.add_argument("--tag", action="append", help="only this tag (repeatable; every attempt)")
@@ -216,7 +212,9 @@ def _drop_queued(client: redis.Redis, keys: Keys, queue: str, suite: str, wanted
             task = message.args[0]
         except Exception:  # not one of ours: leave it to the worker, which rejects it with a row
             continue
-        if isinstance(task, dict) and task.get("suite") == suite and task_key(str(task.get("tag")), task.get("attempt")) in wanted:
+        spec = task.get("spec") if isinstance(task, dict) else None
+        tag = spec.get("tag") if isinstance(spec, dict) else None
+        if isinstance(task, dict) and task.get("suite") == suite and task_key(str(tag), task.get("attempt")) in wanted:
             if client.lrem(queue_key, 0, redis_id):  # still waiting: not fetched by a worker yet
                 client.hdel(f"{queue_key}.msgs", redis_id)
                 dropped += 1
@@ -254,23 +252,18 @@ def cancel(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 # -- entry points ----------------------------------------------------------------------------
 
 
-def _main(parser: argparse.ArgumentParser, command: Any, argv: list[str]) -> int:
+def _main(parser: argparse.ArgumentParser, command: Callable[[argparse.Namespace], tuple[dict[str, Any], int]],
+          argv: list[str]) -> int:
     args = parser.parse_args(argv)
     configure_logging()
-    try:
-        report, code = command(args)
-    except REFUSALS as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner: {e}", file=sys.stderr)
-        return int(exit_code_of(e))
-    except redis.RedisError as e:
-        print(f"runner: the broker failed during the command ({type(e).__name__}); run it again", file=sys.stderr)
-        return int(ExitCode.BAD_ENVIRONMENT)
-    if getattr(args, "output_format", "json") == "markdown":
-        print(render_markdown(report))
-    else:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    return code
+
+    def run() -> tuple[dict[str, Any], int]:
+        try:
+            return command(args)
+        except redis.RedisError as e:  # the broker went away during the command: the environment's
+            raise BrokerUnavailableError(where(args.broker), f"{type(e).__name__} during the command; run it again") from e
+
+    return answer(f"runner {parser.prog.split()[-1]}", run, getattr(args, "output_format", "json"), markdown=render_markdown)
 
 
 def submit_main(argv: list[str]) -> int:

@@ -7,21 +7,17 @@ any check fails, so a broken host stops taking work instead of failing every tas
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from runner.docker_utils import connect, data_root
-from runner.errors import CodexNotFoundError, DockerUnavailableError
-from runner.phases.precheck import Check, codex_version
+from runner.errors import DockerUnavailableError
+from runner.phases.precheck import Check, host_checks
+from runner.tasks.spec import HostSettings
 
 GIB = 1024**3
-# Where codex keeps its login (CODEX_HOME, by default the home's .codex) and the variables
-# that stand in for it. Names only: values are never read beyond "set or not".
-AUTH_FILE = "auth.json"
-API_KEY_VARIABLES = ("OPENAI_API_KEY", "CODEX_API_KEY")
 
 
 class HostReport(BaseModel):
@@ -44,17 +40,8 @@ def _free_disk(name: str, path: Path, min_free_gb: float) -> Check:
     return Check(name=name, ok=ok, detail=detail if ok else detail + "; free space or move the directory")
 
 
-def codex_login_check(environ: dict[str, str] | os._Environ = os.environ) -> Check:
-    home = Path(environ.get("CODEX_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".codex")
-    if (home / AUTH_FILE).is_file():
-        return Check(name="codex_login", ok=True, detail="a codex login is stored in CODEX_HOME")
-    if any(environ.get(name) for name in API_KEY_VARIABLES):
-        return Check(name="codex_login", ok=True, detail="an API key variable is set for codex")
-    return Check(name="codex_login", ok=False,
-                 detail="no codex login: run `codex login` for this user (or set CODEX_HOME to a logged-in home)")
-
-
-def check_host(jobs_dir: Path, codex_bin: str, min_free_gb: float) -> HostReport:
+def check_host(jobs_dir: Path, host: HostSettings, min_free_gb: float) -> HostReport:
+    """The precheck's host checks (``host_checks``: codex, its login, git), Docker, and room on both disks."""
     checks: list[Check] = []
     try:
         client = connect(timeout=10)
@@ -73,9 +60,5 @@ def check_host(jobs_dir: Path, codex_bin: str, min_free_gb: float) -> HostReport
         finally:
             client.close()
     checks.append(_free_disk("jobs_disk", jobs_dir, min_free_gb))
-    try:
-        checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {codex_version(codex_bin)}"))
-    except CodexNotFoundError as e:
-        checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
-    checks.append(codex_login_check())
+    checks += host_checks(host.codex_bin, host.codex_home)[0]
     return HostReport(healthy=all(check.ok for check in checks), checks=checks)

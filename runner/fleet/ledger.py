@@ -13,60 +13,36 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from reducers.outcome import FINAL_STATES, FINISHED_STATES, TaskFacts, TaskState
 from runner.fleet.broker import Keys
+from runner.tasks.protocol import task_key
 
 
-class TaskState(str, Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"  # scored: resolved or not (an agent's failure is scored unresolved)
-    FAILED = "failed"  # not scored: bad input, or infrastructure failures past the retries
-    CANCELLED = "cancelled"
-
-
-FINAL_STATES = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED})
 ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING, TaskState.DONE})
 
 
-class LedgerRow(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class LedgerRow(TaskFacts):
+    """A fleet task's row: the facts every ledger shares (``reducers.outcome``) and its lifecycle."""
 
     tag: str
     attempt: int
-    state: TaskState
     queue: str
     host: str | None = None
     phase: str | None = None
-    resolved: bool | None = None
-    first_failed_phase: str | None = None
-    failure_label: str | None = None
-    infra_failure: bool = False
     retries: int = 0
-    exit_code: int | None = None
     error: str | None = Field(None, max_length=500)
     submitted_at: float
     started_at: float | None = None
     finished_at: float | None = None
-    wall_seconds: float | None = None
-    phase_durations_seconds: dict[str, float] = Field(default_factory=dict)
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
 
     @property
     def key(self) -> str:
-        return f"{self.tag}/{self.attempt}"
-
-    @property
-    def scored(self) -> bool:
-        """Counts in pass@k: finished, and not ended by an infrastructure failure."""
-        return self.state in (TaskState.DONE, TaskState.FAILED) and not self.infra_failure
+        return task_key(self.tag, self.attempt)
 
 
 class SuiteLedger:
@@ -125,16 +101,17 @@ def now() -> float:
 
 
 def summary(rows: list[LedgerRow]) -> dict[str, Any]:
-    """Totals and the resolved rate, with and without infrastructure failures.
+    """Totals and the resolved rate, over the finished tasks and over the scored ones.
 
-    The rates count finished tasks (done or failed); ``without_infra`` leaves out
-    the tasks that were never scored because a host or its Docker failed them.
+    The rates count finished tasks (done or failed); ``without_infra`` counts the scored
+    ones only (done: the agent had its say), leaving out the tasks a host, its Docker,
+    the model provider or a refused input ended (``reducers.outcome``).
     """
     states = Counter(row.state.value for row in rows)
-    finished = [row for row in rows if row.state in (TaskState.DONE, TaskState.FAILED)]
+    finished = [row for row in rows if row.state in FINISHED_STATES]
     infra = [row for row in finished if row.infra_failure]
     resolved = sum(1 for row in finished if row.resolved)
-    scored = len(finished) - len(infra)
+    scored = sum(1 for row in finished if row.scored)
     phase_seconds: Counter[str] = Counter()
     for row in finished:
         phase_seconds.update(row.phase_durations_seconds)

@@ -10,23 +10,26 @@ from __future__ import annotations
 import redis
 
 from reducers.models import Phase
+from reducers.outcome import FINISHED_STATES
 from runner.fleet.broker import Keys, connect_redis
-from runner.fleet.ledger import LedgerRow, SuiteLedger
-from runner.views.model import TIMED_PHASES, HealthReport, HostCheck, TaskRow, TaskState
+from runner.fleet.ledger import LedgerRow, SuiteLedger, TaskState
+from runner.views.model import TIMED_PHASES, HealthReport, HostCheck, TaskRow
 
 
 def task_row(suite: str, row: LedgerRow) -> TaskRow:
     """A suite ledger row as the views' row (the same states; phases and tokens by their kinds)."""
-    phase = Phase(row.phase) if row.phase in {p.value for p in Phase} else None
+    known = {p.value for p in Phase}
+    where = row.phase if row.state is TaskState.RUNNING else row.first_failed_phase  # now, or where it stopped
+    phase = Phase(where) if where in known else None
     return TaskRow(
         suite=suite,
         tag=row.tag,
         attempt=row.attempt,
-        state=TaskState(row.state.value),
+        state=row.state,
         host=row.host,
         phase=phase,
         resolved=row.resolved,
-        infra_failure=row.infra_failure if row.state.value in ("done", "failed") else None,
+        infra_failure=row.infra_failure if row.state in FINISHED_STATES else None,
         failure_label=row.failure_label,
         phase_seconds={k: v for k, v in row.phase_durations_seconds.items() if k in TIMED_PHASES and v >= 0},
         wall_seconds=row.wall_seconds,

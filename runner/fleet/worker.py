@@ -2,33 +2,31 @@
 
 Invariants:
 - the unit of work is the same isolated task process as the batch's, started by
-  the supervisor (``runner.supervisor.run_task``): a child in its own session, its own
-  job root ``<jobs>/<suite>/<tag>/attempt-<i>``, its markers, its labelled
-  containers; the child gets SIGTERM if this worker dies (no run outlives it);
+  the supervisor (``runner.tasks.supervisor.run_task``) with the message's own
+  ``TaskSpec``: a child in its own session, its own job root
+  ``<jobs>/<suite>/<tag>/attempt-<i>``, its markers, its labelled containers; the
+  child gets SIGTERM if this worker dies (no run outlives it);
+- what becomes of a finished task (its row, done, requeue or retry) is
+  ``runner.fleet.outcome``'s, by the rule every ledger shares;
 - at most ``--slots`` tasks at once (Dramatiq threads and prefetch = slots), and
   none taken while a host check fails or the worker drains;
-- a task runs only under its lease; its ledger row is written by the lease holder;
+- a task runs only under its lease; its ledger row is written by the lease holder,
+  and a final row is kept on this host (``runner.fleet.outbox``) until the ledger has it;
 - the first SIGTERM drains (running tasks finish, none is taken); a second one, or
   ``--grace`` seconds, interrupts them through the child's cleanup and puts their
   messages back on the queue, where a restarted worker resumes them from markers;
-- nothing a message holds can crash the worker: a bad one becomes a failed row.
+- nothing a message holds can crash the worker: a bad one becomes a failed row, and
+  its text (the prompt) is never logged.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
+import logging
 import signal
-import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -39,232 +37,45 @@ from dramatiq.errors import Retry
 from dramatiq.middleware import CurrentMessage
 from structlog.contextvars import bound_contextvars
 
-from reducers.compact import BenchmarkRun
 from runner.atomic import write_bytes_atomic
-from runner.fleet.views import WorkerStatusSource
-from runner.views.server import BackgroundServer, http_address
 from runner.docker_utils import connect, sweep_strays
-from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, REFUSALS, exit_code_of
-from runner.fleet.broker import (
-    DEFAULT_INFRA_RETRIES,
-    DEFAULT_NAMESPACE,
-    TIME_LIMIT_MS,
-    Keys,
-    connect_redis,
-    make_broker,
-)
-from runner.fleet.hostchecks import HostReport, check_host
+from runner.entry import answer
+from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
+from runner.fleet.broker import ACTOR_NAME, TIME_LIMIT_MS, Keys, connect_redis, make_broker, quiet_dramatiq_messages
+from runner.fleet.hostchecks import check_host
 from runner.fleet.leases import Lease
 from runner.fleet.ledger import FINAL_STATES, LedgerRow, SuiteLedger, TaskState, now
-from runner.fleet.messages import (
-    ACTOR_NAME,
-    DEFAULT_QUEUE,
-    SAFE_SUITE,
-    MessageError,
-    TaskMessage,
-    check_queue,
-    parse_message,
-)
+from runner.fleet.options import WorkerOptions, build_parser, options_from
+from runner.fleet.outbox import Outbox
+from runner.fleet.outcome import Action, Decision, Recorder, StopReason, decide, not_started
+from runner.fleet.rejects import rejected_row
+from runner.fleet.state import RunningTask, WorkerState
+from runner.fleet.views import WorkerStatusSource
 from runner.jobroot import PROMPT
 from runner.logs import configure_logging
-from runner.settings import SAFE_HOST_PATH, SAFE_TAG, is_safe_tag, load_settings
-from runner.supervisor import run_task
-from runner.task import host_settings, task_spec
+from runner.tasks.protocol import MessageError, TaskMessage, parse_message
+from runner.tasks.supervisor import run_task
+from runner.views.server import BackgroundServer, http_address
 
 log = structlog.get_logger(__name__)
 
 WORKER_LOGS = ".worker-logs"
-REJECTED_SUITE = "_rejected"  # where a message whose suite name is unsafe gets its failed row
 SHUTDOWN_TIMEOUT_MS = 30_000  # Dramatiq's threads are idle by then: the drain waited for the tasks
-# First failure reasons of a run that are the host's fault, not the agent's (exit 1 of a child).
-INFRA_REASONS = frozenset({"docker_error", "os_error", "git_error", "internal_error", "job_root_unwritable"})
-
-
-class StopReason(str, Enum):
-    DRAIN = "drain"
-    CANCEL = "cancel"
-    LEASE_LOST = "lease_lost"
-
-
-class Action(str, Enum):
-    DONE = "done"
-    REQUEUE = "requeue"
-    RETRY = "retry"
-
-
-class RunningTask:
-    """One task in a slot: its child process, its phase, and why it is being stopped (if it is)."""
-
-    def __init__(self, task: TaskMessage, lease: Lease) -> None:
-        self.task = task
-        self.lease = lease
-        self.phase: str | None = None
-        self.started_at = now()
-        self.stop_reason: StopReason | None = None
-        self._child: Any = None
-        self._lock = threading.Lock()
-
-    # ChildRegistry, for runner.supervisor.run_task
-    def add(self, child: Any) -> None:
-        with self._lock:
-            self._child = child
-            if self.stop_reason is not None:
-                child.send_signal(signal.SIGTERM)
-
-    def discard(self, child: Any) -> None:
-        with self._lock:
-            self._child = None
-
-    def interrupt(self, reason: StopReason) -> None:
-        """SIGTERM to the child: the same cleanup path as Ctrl-C (containers removed, marker written)."""
-        with self._lock:
-            if self.stop_reason is None:
-                self.stop_reason = reason
-            if self._child is not None and self._child.poll() is None:
-                self._child.send_signal(signal.SIGTERM)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "suite": self.task.suite, "tag": self.task.tag, "attempt": self.task.attempt,
-            "phase": self.phase, "started_at": self.started_at,
-            "seconds": round(max(0.0, time.time() - self.started_at), 1),
-            "stopping": self.stop_reason.value if self.stop_reason else None,
-        }
-
-
-class WorkerState:
-    """What the worker knows about itself, for an HTTP server (issue 13) or a test to read.
-
-    Thread-safe. ``snapshot()`` is a JSON-ready dict; ``add_listener(fn)`` calls ``fn(event,
-    payload)`` for ``task_started``/``task_phase`` (payload: the task's snapshot) and
-    ``task_finished`` (payload: its ``LedgerRow``), from the task's thread.
-    """
-
-    def __init__(self, name: str, slots: int, queues: list[str]) -> None:
-        self.name = name
-        self.slots = slots
-        self.queues = list(queues)
-        self.started_at = now()
-        self.draining = False
-        self.broker_ok = True
-        self.host: HostReport | None = None
-        self.checked_at: float | None = None
-        self.finished: dict[str, int] = {}
-        self._running: dict[str, RunningTask] = {}
-        self._listeners: list[Callable[[str, Any], None]] = []
-        self._lock = threading.Lock()
-
-    @property
-    def healthy(self) -> bool:
-        return self.host is not None and self.host.healthy
-
-    def accepting(self) -> bool:
-        """The gate of the consumers: take a message only when this is true."""
-        return self.healthy and not self.draining and self.broker_ok
-
-    @property
-    def busy(self) -> int:
-        with self._lock:
-            return len(self._running)
-
-    def running(self) -> list[RunningTask]:
-        with self._lock:
-            return list(self._running.values())
-
-    def add_listener(self, listener: Callable[[str, Any], None]) -> None:
-        self._listeners.append(listener)
-
-    def emit(self, event: str, payload: Any) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event, payload)
-            except Exception:  # a broken view must never stop a task
-                log.exception("worker_listener_failed", listener_event=event)
-
-    def set_host(self, report: HostReport) -> None:
-        self.host, self.checked_at = report, now()
-
-    def start_task(self, key: str, task: RunningTask) -> None:
-        with self._lock:
-            self._running[key] = task
-        self.emit("task_started", task.snapshot())
-
-    def set_phase(self, task: RunningTask, phase: str) -> None:
-        task.phase = phase
-        self.emit("task_phase", task.snapshot())
-
-    def finish_task(self, key: str, row: LedgerRow | None) -> None:
-        with self._lock:
-            self._running.pop(key, None)
-            if row is not None:
-                self.finished[row.state.value] = self.finished.get(row.state.value, 0) + 1
-        if row is not None:
-            self.emit("task_finished", row)
-
-    def snapshot(self) -> dict[str, Any]:
-        running = [task.snapshot() for task in self.running()]
-        return {
-            "name": self.name,
-            "queues": self.queues,
-            "slots": self.slots,
-            "busy": len(running),
-            "free": max(0, self.slots - len(running)),
-            "draining": self.draining,
-            "healthy": self.healthy,
-            "accepting": self.accepting(),
-            "broker_ok": self.broker_ok,
-            "checked_at": self.checked_at,
-            "checks": [check.model_dump() for check in (self.host.checks if self.host else [])],
-            "started_at": self.started_at,
-            "finished": dict(self.finished),
-            "tasks": running,
-        }
-
-
-@dataclass
-class WorkerOptions:
-    broker: str
-    jobs_dir: Path
-    slots: int = 1
-    queues: list[str] = field(default_factory=lambda: [DEFAULT_QUEUE])
-    namespace: str = DEFAULT_NAMESPACE
-    name: str = field(default_factory=socket.gethostname)
-    codex_bin: str = "codex"
-    heartbeat_timeout: float = 60.0
-    grace: float | None = None
-    min_free_gb: float = 5.0
-    check_interval: float = 30.0
-    max_infra_retries: int = DEFAULT_INFRA_RETRIES
-    retry_backoff: float = 15.0
-    http: str | None = None  # HOST:PORT of the views (/healthz, /metrics, /); off by default
-
-    def validate(self) -> None:
-        if not 1 <= self.slots <= 64:
-            raise BadInputError("--slots must be between 1 and 64")
-        for queue in self.queues:
-            check_queue(queue)
-        if not SAFE_TAG.fullmatch(self.name):
-            raise BadInputError("--name must be letters, digits, '_', '.' or '-' (it is shown as the task's host)")
-        if self.heartbeat_timeout < 1 or self.check_interval <= 0 or self.retry_backoff <= 0:
-            raise BadInputError("--heartbeat-timeout must be at least 1 s; --check-interval and --retry-backoff above 0")
-        if not 0 <= self.max_infra_retries <= 20:
-            raise BadInputError("--max-infra-retries must be between 0 and 20")
-        self.jobs_dir = self.jobs_dir.expanduser().resolve()
-        if not SAFE_HOST_PATH.fullmatch(str(self.jobs_dir)):
-            raise BadInputError("--jobs-dir must be a path of letters, digits and '_ . @ + / ~ -', without spaces")
-        if not self.jobs_dir.is_dir():
-            raise BadInputError("--jobs-dir does not exist; create it first")
-        if self.http is not None:
-            http_address(self.http)  # refuses a malformed address before anything starts
 
 
 class FleetWorker:
+    """One host's worker: Dramatiq consumers gated by the host's health, each message a task process.
+
+    The actor (``_handle``) is a thin call into the supervisor; the loops beside it send
+    heartbeats, renew leases, hear cancels, re-check the host and deliver kept rows.
+    """
+
     def __init__(self, options: WorkerOptions) -> None:
-        options.validate()
         self.options = options
         self.keys = Keys(options.namespace)
         self.redis = connect_redis(options.broker)
         self.state = WorkerState(options.name, options.slots, options.queues)
+        self.recorder = Recorder(self.redis, self.keys, Outbox(options.jobs_dir), options.name)
         self.lease_ttl = options.heartbeat_timeout
         self._stop = threading.Event()
         self._recheck = threading.Event()
@@ -283,11 +94,10 @@ class FleetWorker:
     # -- the actor -------------------------------------------------------------------------
 
     def _handle(self, payload: Any) -> None:
-        """The actor: a thin call into one isolated run; never raises but to retry an infra failure."""
+        """The actor: one message, one isolated run; never raises but to retry an infra failure."""
         current = CurrentMessage.get_current_message()
         retries = int(current.options.get("retries", 0)) if current is not None else 0
-        queue = current.queue_name if current is not None else self.options.queues[0]
-        queue = queue.removesuffix(".DQ")
+        queue = (current.queue_name if current is not None else self.options.queues[0]).removesuffix(".DQ")
         try:
             task = parse_message(payload)
         except MessageError as e:
@@ -342,18 +152,12 @@ class FleetWorker:
         self, task: TaskMessage, running: RunningTask, ledger: SuiteLedger, queue: str, retries: int
     ) -> tuple[LedgerRow | None, Action]:
         job_root = self.options.jobs_dir / task.suite / task.tag / f"attempt-{task.attempt}"
-        try:
-            settings = load_settings(job_root=job_root, codex_bin=self.options.codex_bin, **task.settings_overrides())
-        except BadInputError as e:
-            return self._finish(ledger, task, queue, TaskState.FAILED, retries, failure_label="bad_input",
-                                error=str(e), exit_code=int(ExitCode.BAD_INPUT)), Action.DONE
         started = time.monotonic()
         try:
             write_bytes_atomic(job_root / PROMPT, task.prompt.encode(), mode=0o600)
-        except OSError as e:
-            return self._infra(ledger, task, queue, retries, "job_root_unwritable",
-                               f"the job root cannot be written ({e.strerror or type(e).__name__})", None, None, 0.0)
-        ledger.update(task.key, lambda row: self._running_row(row, task, queue, retries))
+        except OSError:
+            return self._record(task, queue, not_started("job_root_unwritable", retries, self.options.max_infra_retries))
+        self.recorder.running(task, queue, retries)
         log.info("task_started", host=self.options.name, retries=retries)
 
         def on_phase(phase: str) -> None:
@@ -365,82 +169,36 @@ class FleetWorker:
 
         log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}.attempt-{task.attempt}.log"
         try:
-            spec = task_spec(settings, task.tag, job_root, image=settings.image, attempt=task.attempt)
-            end = run_task(spec, host_settings(settings), log_path, running, on_phase)
-        except OSError as e:  # the task could not even start (no space for its log, say)
-            return self._infra(ledger, task, queue, retries, "task_not_started",
-                               f"the task process could not start ({type(e).__name__})", None, None, 0.0)
+            end = run_task(task.request(job_root, self.options.host), log_path, running, on_phase)
+        except OSError:  # the task could not even start (no space for its log, say)
+            return self._record(task, queue, not_started("task_not_started", retries, self.options.max_infra_retries))
         wall = round(time.monotonic() - started, 3)
-        exit_code, run = end.returncode, (end.outcome.run if end.outcome is not None else None)
         reason = running.stop_reason
-        log.info("task_exited", exit_code=exit_code, stop_reason=reason.value if reason else None, wall_seconds=wall)
-        facts = _facts(run, exit_code, wall)
-        if exit_code == ExitCode.INTERRUPTED and reason is StopReason.CANCEL:
-            return self._finish(ledger, task, queue, TaskState.CANCELLED, retries, **facts), Action.DONE
-        if exit_code == ExitCode.INTERRUPTED and reason in (StopReason.DRAIN, StopReason.LEASE_LOST):
-            row = ledger.set_fields(task.key, state=TaskState.QUEUED, host=None, phase=None, exit_code=exit_code)
-            log.info("task_given_back", reason=reason.value)
-            return row, Action.REQUEUE
-        if exit_code == ExitCode.COMPLETED:
-            return self._finish(ledger, task, queue, TaskState.DONE, retries, **facts), Action.DONE
-        if exit_code == ExitCode.BAD_INPUT:
-            facts["failure_label"] = facts.get("failure_label") or "bad_input"
-            return self._finish(ledger, task, queue, TaskState.FAILED, retries, **facts), Action.DONE
-        failure_reason = run.first_failure_reason if run else None
-        if exit_code == ExitCode.RUNNER_FAILURE and run is not None and failure_reason not in INFRA_REASONS:
-            # The agent's failure (codex failed or timed out, empty patch, ...): scored, never retried.
-            return self._finish(ledger, task, queue, TaskState.DONE, retries, **facts), Action.DONE
-        label = facts.get("failure_label") or f"exit_{exit_code}"
-        return self._infra(ledger, task, queue, retries, label, None, exit_code, run, wall)
+        log.info("task_exited", exit_code=end.returncode, stop_reason=reason.value if reason else None,
+                 wall_seconds=wall)
+        decision = decide(end.outcome.run if end.outcome is not None else None, end.returncode, wall,
+                          stop_reason=reason, retries=retries, max_retries=self.options.max_infra_retries)
+        return self._record(task, queue, decision)
 
-    def _infra(
-        self, ledger: SuiteLedger, task: TaskMessage, queue: str, retries: int, label: str,
-        error: str | None, exit_code: int | None, run: BenchmarkRun | None, wall: float,
-    ) -> tuple[LedgerRow | None, Action]:
-        """An infrastructure failure: back to the queue while retries are left, else failed."""
-        self._recheck.set()  # the host may be what broke: look before taking anything else
-        facts = {**_facts(run, exit_code, wall), "failure_label": label, "infra_failure": True, "error": error}
-        if retries < self.options.max_infra_retries:
-            row = ledger.set_fields(task.key, state=TaskState.QUEUED, host=None, phase=None, retries=retries + 1,
-                                    **{k: v for k, v in facts.items() if k != "wall_seconds"})
-            log.warning("task_infra_failure", failure_label=label, retry=retries + 1,
+    def _record(self, task: TaskMessage, queue: str, decision: Decision) -> tuple[LedgerRow | None, Action]:
+        facts = decision.facts
+        if decision.action is Action.RETRY:
+            log.warning("task_infra_failure", failure_label=facts.failure_label, retry=decision.retries,
                         max_retries=self.options.max_infra_retries)
-            return row, Action.RETRY
-        log.error("task_infra_failure", failure_label=label, retries_exhausted=True)
-        return self._finish(ledger, task, queue, TaskState.FAILED, retries, **facts), Action.DONE
-
-    def _running_row(self, row: LedgerRow | None, task: TaskMessage, queue: str, retries: int) -> LedgerRow:
-        base = row or LedgerRow(tag=task.tag, attempt=task.attempt, state=TaskState.QUEUED, queue=queue,
-                                submitted_at=now())
-        return base.model_copy(update={
-            "state": TaskState.RUNNING, "host": self.options.name, "phase": None, "queue": queue,
-            "started_at": now(), "finished_at": None, "retries": retries, "exit_code": None,
-        })
-
-    def _finish(self, ledger: SuiteLedger, task: TaskMessage, queue: str, state: TaskState, retries: int,
-                **facts: Any) -> LedgerRow | None:
-        def change(row: LedgerRow | None) -> LedgerRow:
-            base = row or LedgerRow(tag=task.tag, attempt=task.attempt, state=state, queue=queue, submitted_at=now())
-            return base.model_copy(update={"state": state, "host": self.options.name, "phase": None,
-                                           "retries": retries, "finished_at": now(), **facts})
-
-        row = ledger.update(task.key, change)
-        log.info("task_finished", state=state.value, resolved=facts.get("resolved"),
-                 failure_label=facts.get("failure_label"))
-        return row
+        elif decision.action is Action.REQUEUE:
+            log.info("task_given_back", reason="stopped by this worker")
+        elif facts.infra_failure:
+            log.error("task_infra_failure", failure_label=facts.failure_label, retries_exhausted=True)
+        if facts.infra_failure or decision.action is not Action.DONE:
+            self._recheck.set()  # the host may be what broke: look before taking anything else
+        row = self.recorder.record(task, queue, decision)
+        if decision.final:
+            log.info("task_finished", state=facts.state.value, resolved=facts.resolved, failure_label=facts.failure_label)
+        return row, decision.action
 
     def _reject(self, payload: Any, error: MessageError, queue: str, message_id: str) -> None:
         """A message that cannot become a task: a failed row where the operator will look for it."""
-        fields = payload if isinstance(payload, dict) else {}
-        suite = fields.get("suite")
-        suite = suite if isinstance(suite, str) and SAFE_SUITE.fullmatch(suite) and ".." not in suite else REJECTED_SUITE
-        tag = fields.get("tag")
-        attempt = fields.get("attempt")
-        attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= 100 else 1
-        if not (isinstance(tag, str) and is_safe_tag(tag)) or suite == REJECTED_SUITE:
-            tag = f"invalid-{message_id.replace('-', '')[-12:]}"
-        row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, host=self.options.name,
-                        failure_label="bad_message", error=str(error)[:500], submitted_at=now(), finished_at=now())
+        suite, row = rejected_row(payload, error, queue=queue, host=self.options.name, message_id=message_id)
         log.error("message_rejected", suite=suite, task=row.key, error=str(error)[:500])
         try:
             SuiteLedger(self.redis, self.keys, suite).update(
@@ -452,7 +210,7 @@ class FleetWorker:
     # -- the daemon --------------------------------------------------------------------------
 
     def _check_host(self) -> None:
-        report = check_host(self.options.jobs_dir, self.options.codex_bin, self.options.min_free_gb)
+        report = check_host(self.options.jobs_dir, self.options.host, self.options.min_free_gb)
         was = self.state.host
         self.state.set_host(report)
         if not report.healthy:
@@ -474,7 +232,7 @@ class FleetWorker:
                 log.exception("host_check_failed")
 
     def _monitor_loop(self) -> None:
-        """Heartbeats, lease renewals and cancel requests, every tick."""
+        """Heartbeats, lease renewals, cancel requests and the kept rows, every tick."""
         tick = max(0.2, min(1.0, self.lease_ttl / 4))
         while not self._stop.wait(tick):
             try:
@@ -488,6 +246,7 @@ class FleetWorker:
                     elif self.redis.sismember(self.keys.cancelled(task.suite), task.key):
                         log.info("task_cancel_requested", suite=task.suite, task=task.key)
                         running.interrupt(StopReason.CANCEL)
+                self.recorder.redeliver_kept()
                 if not self.state.broker_ok:
                     log.info("broker_reachable_again")
                 self.state.broker_ok = True
@@ -525,8 +284,8 @@ class FleetWorker:
         log.info("views_serving", address=self.options.http)
         return views
 
-    def serve(self) -> int:
-        """Run until drained; returns the exit code."""
+    def serve(self) -> tuple[dict[str, Any], int]:
+        """Run until drained; returns the worker's report and exit code."""
         signals = {"count": 0}
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -575,74 +334,20 @@ class FleetWorker:
             self._recheck.set()
             try:  # a worker that stopped cleanly holds no message: it leaves no heartbeat behind
                 self.redis.zrem(f"{self.keys.dramatiq}:__heartbeats__", self.broker.broker_id)
+                self.recorder.redeliver_kept()
             except redis.RedisError:
                 pass
             self.broker.close()
             if views is not None:
                 views.__exit__(None, None, None)
         log.info("worker_stopped", finished=self.state.finished)
-        print(json.dumps({"mode": "worker", "name": self.options.name, "finished": self.state.finished,
-                          "interrupted": interrupted}, sort_keys=True))
-        return int(ExitCode.COMPLETED)
-
-
-def _facts(run: BenchmarkRun | None, exit_code: int | None, wall: float) -> dict[str, Any]:
-    facts: dict[str, Any] = {"exit_code": exit_code, "wall_seconds": wall}
-    if run is None:
-        return facts
-    return {
-        **facts,
-        "resolved": run.official_task_score.resolved,
-        "first_failed_phase": run.first_failed_phase,
-        "failure_label": None if run.official_task_score.resolved else run.score_failure_attribution,
-        "phase_durations_seconds": run.phase_durations_seconds,
-        "input_tokens": run.metrics.input_tokens,
-        "cached_input_tokens": run.metrics.cache_tokens,
-        "output_tokens": run.metrics.output_tokens,
-    }
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runner worker",
-                                     description="The runner daemon: take tasks from the fleet's queue and run them.")
-    parser.add_argument("--broker", required=True, help="redis://HOST:PORT/DB")
-    parser.add_argument("--jobs-dir", type=Path, required=True, help="job roots go to DIR/<suite>/<tag>/attempt-<i>")
-    parser.add_argument("--slots", type=int, default=1, help="tasks run at once (default 1)")
-    parser.add_argument("--queue", action="append", dest="queues", help=f"queue to take from (repeatable; default {DEFAULT_QUEUE})")
-    parser.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="a worker silent this long is dead: its tasks go back to the queue (default 60)")
-    parser.add_argument("--grace", type=float, metavar="SECONDS",
-                        help="after the first SIGTERM, interrupt running tasks after this long (default: wait)")
-    parser.add_argument("--min-free-gb", type=float, default=5.0, help="free disk wanted on the jobs dir and Docker's data root")
-    parser.add_argument("--check-interval", type=float, default=30.0, metavar="SECONDS", help="host checks (default 30)")
-    parser.add_argument("--max-infra-retries", type=int, default=DEFAULT_INFRA_RETRIES,
-                        help=f"requeues of a task failed by infrastructure (default {DEFAULT_INFRA_RETRIES}); agent failures never")
-    parser.add_argument("--retry-backoff", type=float, default=15.0, metavar="SECONDS", help="first retry delay (default 15)")
-    parser.add_argument("--codex-bin", default=os.environ.get("CODEX_BIN", "codex"), help="codex executable (env CODEX_BIN)")
-    parser.add_argument("--name", default=socket.gethostname(), help="this host's name in the ledger (default: hostname)")
-    parser.add_argument("--http", metavar="HOST:PORT",
-                        help="serve /healthz, /metrics and a status page there (off by default; keep it on loopback)")
-    parser.add_argument("--namespace", default=os.environ.get("RUNNER_FLEET_NAMESPACE", DEFAULT_NAMESPACE),
-                        help="prefix of every Redis key (env RUNNER_FLEET_NAMESPACE)")
-    return parser
+        report = {"mode": "worker", "name": self.options.name, "finished": self.state.finished, "interrupted": interrupted}
+        return report, int(ExitCode.COMPLETED)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     configure_logging()
-    import logging
-
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # Dramatiq's own logger
-    options = WorkerOptions(
-        broker=args.broker, jobs_dir=args.jobs_dir, slots=args.slots, queues=args.queues or [DEFAULT_QUEUE],
-        namespace=args.namespace, name=args.name, codex_bin=args.codex_bin,
-        heartbeat_timeout=args.heartbeat_timeout, grace=args.grace, min_free_gb=args.min_free_gb,
-        check_interval=args.check_interval, max_infra_retries=args.max_infra_retries, retry_backoff=args.retry_backoff,
-        http=args.http,
-    )
-    try:
-        return FleetWorker(options).serve()
-    except REFUSALS as e:
-        log.error("worker_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner worker: {e}", file=sys.stderr)
-        return int(exit_code_of(e))
+    quiet_dramatiq_messages()
+    return answer("runner worker", lambda: FleetWorker(options_from(args)).serve())

@@ -39,13 +39,13 @@ from runner.codex_config import (
     resolve_codex_home,
 )
 from runner.codex_usage import usage_from_events
-from runner.containment import AgentNotContainedError, agent_process, hand_over, resolve_agent_user
-from runner.reaper import become_subreaper, kill_descendants
+from runner.containment.agent import agent_process, hand_over, resolve_agent_user
+from runner.containment.descendants import become_subreaper, kill_descendants
 from runner.context import JobContext, sha256_file
-from runner.errors import CodexNotFoundError, PhaseError
+from runner.errors import AgentNotContainedError, CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
 from runner.settings import SAFE_MODEL
-from runner.tamper import RunnerFilesSnapshot, same_file
+from runner.containment.runner_files import RunnerFilesSnapshot, same_file
 
 log = structlog.get_logger(__name__)
 
@@ -196,8 +196,8 @@ def codex(ctx: JobContext) -> CodexResult:
             raise PhaseError("codex", "agent_not_contained", f"{e}; the attempt is not trusted") from e
         finally:
             stragglers = kill_descendants()  # the agent's commands, in groups of their own
-            if stragglers:
-                log.warning("codex_stragglers_killed", count=stragglers)
+            if stragglers:  # the agent's leftover commands: ended as the contract says, not a fault
+                log.info("codex_stragglers_killed", count=stragglers)
             tampered = snapshot.restore()
             for path, handle in ((stdout_path, out), (stderr_path, err)):
                 if not same_file(handle, path):

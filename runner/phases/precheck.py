@@ -11,6 +11,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import docker
 from docker.errors import DockerException
@@ -119,17 +120,20 @@ def git_problem() -> str | None:
     return None
 
 
-def codex_login(settings: RunnerSettings) -> Check:
+def codex_login(
+    codex_bin: str, codex_home: Path | None, profile: str | None = None, config: tuple[str, ...] = ()
+) -> Check:
     """Can codex reach its model? Else it would retry until the deadline, an hour by default.
 
     A provider whose active config names a key variable (``env_key``) needs that variable;
     otherwise ``codex login status`` must say logged in, or a key variable codex reads be set.
-    Only names are reported, never a value, and never codex's own output.
+    Only names are reported, never a value, and never codex's own output. A worker asks it
+    with no profile or config (those are each task's): the default provider's login.
     """
     from runner.phases.codex import child_environment  # the same environment codex gets
 
-    home = resolve_codex_home(settings.codex_home, os.environ, operator_home())
-    provider = active_provider(home, settings.codex_profile, settings.codex_config)
+    home = resolve_codex_home(codex_home, os.environ, operator_home())
+    provider = active_provider(home, profile, config)
     if provider.env_key is not None:
         ok = bool(os.environ.get(provider.env_key))
         state = "is set" if ok else "is not set"
@@ -138,14 +142,14 @@ def codex_login(settings: RunnerSettings) -> Check:
             detail=f"the provider key variable {provider.env_key} {state} "
             f"(provider {_VERSION_TEXT.sub('', provider.name)[:40]})",
         )
-    path = shutil.which(settings.codex_bin)
+    path = shutil.which(codex_bin)
     if path is None:
         return Check(name="codex_login", ok=False, detail="not checked: codex is missing")
     environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
     try:
         done = subprocess.run(
             # no --profile: codex 0.171.0 takes it for runtime commands only, not `login`
-            [path, *[arg for item in settings.codex_config for arg in ("-c", item)], "login", "status"],
+            [path, *[arg for item in config for arg in ("-c", item)], "login", "status"],
             capture_output=True, timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env=environment,
         )
         logged_in = done.returncode == 0
@@ -162,6 +166,24 @@ def codex_login(settings: RunnerSettings) -> Check:
         detail=f"codex is not logged in: run `codex login` (for {where}, or pass --codex-home), "
         f"or set {' or '.join(OPENAI_KEY_VARIABLES)}",
     )
+
+
+def host_checks(
+    codex_bin: str, codex_home: Path | None, profile: str | None = None, config: tuple[str, ...] = ()
+) -> tuple[list[Check], str | None]:
+    """The checks of the host itself, which a precheck and a worker both make: codex found (and
+    its version), codex logged in, git found. Returns (checks, codex's version or None)."""
+    checks: list[Check] = []
+    version: str | None = None
+    try:
+        version = codex_version(codex_bin)
+        checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {version}"))
+    except CodexNotFoundError as e:
+        checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
+    checks.append(codex_login(codex_bin, codex_home, profile, config))
+    missing_git = git_problem()
+    checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
+    return checks, version
 
 
 def script_calling(command: str, subcommand: str) -> str | None:
@@ -268,17 +290,8 @@ def run_precheck(
 
     ``client``: the caller's Docker client, when it has one; otherwise one is made and closed.
     """
-    checks: list[Check] = []
-    version: str | None = None
     image_id: str | None = None
-    try:
-        version = codex_version(settings.codex_bin)
-        checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {version}"))
-    except CodexNotFoundError as e:
-        checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
-    checks.append(codex_login(settings))
-    missing_git = git_problem()
-    checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
+    checks, version = host_checks(settings.codex_bin, settings.codex_home, settings.codex_profile, settings.codex_config)
     own_client = client is None
     try:
         if client is None:

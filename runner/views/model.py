@@ -10,12 +10,12 @@ is shown (``runner.views.public``).
 from __future__ import annotations
 
 import threading
-from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from reducers.models import Phase
+from reducers.models import Frozen, Phase
+from reducers.outcome import FINISHED_STATES, TaskState  # noqa: F401 (the views' states are the ledgers', re-exported)
 from runner.bounded_read import Unreadable
 
 # The phases a task reports durations for, in pipeline order (reduce is bookkeeping).
@@ -29,23 +29,10 @@ _HOST = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _LABEL = r"^[a-z0-9_]{1,128}$"
 
 
-class TaskState(str, Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"  # a verdict: resolved or not
-    FAILED = "failed"  # no verdict: a phase failed, bad input or a broken host
-    CANCELLED = "cancelled"  # the operator cancelled or interrupted it
-    UNREADABLE = "unreadable"  # the file it comes from (or its row there) was refused: ``TaskRow.unreadable`` says why
 
 
-FINISHED_STATES = frozenset({TaskState.DONE, TaskState.FAILED})
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HostCheck(_Frozen):
+class HostCheck(Frozen):
     """One host check (docker, disk, codex, codex_login, broker, ...)."""
 
     name: str = Field(pattern=_NAME)
@@ -53,7 +40,7 @@ class HostCheck(_Frozen):
     detail: str = ""
 
 
-class HealthReport(_Frozen):
+class HealthReport(Frozen):
     checks: list[HostCheck]
     taking_work: bool
     draining: bool = False
@@ -70,7 +57,7 @@ class HealthReport(_Frozen):
         return [check for check in self.checks if not check.ok]
 
 
-class TaskRow(_Frozen):
+class TaskRow(Frozen):
     """One (suite, tag, attempt): where it is, how it ended, what it cost."""
 
     suite: str = Field(pattern=_SUITE)

@@ -1,4 +1,4 @@
-"""``python -m runner report``: one self-contained HTML file (or Markdown) about a suite.
+"""The suite report: one self-contained HTML file (or Markdown) about a suite (``python -m runner report``).
 
 Invariants: the file opens offline (no script, no link, no external URL; charts are
 inline SVG from ``runner.views.render``); it is rendered from the public document,
@@ -8,24 +8,14 @@ HTML and the Markdown carry the same numbers.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-from runner import early_signals
-from runner.atomic import write_bytes_atomic
-from runner.errors import BadInputError, REFUSALS, exit_code_of
-from runner.logs import configure_logging
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
 from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
-from runner.views.public import view_private_texts
 from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
-from runner.views.sources import rows_from_jobs_dir, rows_from_suite
 
 log = structlog.get_logger(__name__)
 
@@ -130,57 +120,3 @@ def render_markdown(doc: dict[str, Any]) -> str:
 def build_report(rows: list[TaskRow], *, title: str, output_format: str, private_texts: list[str]) -> str:
     doc = suite_document(title, rows, private_texts)
     return render_markdown(doc) if output_format == "markdown" else render_html(doc)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m runner report",
-        description="A suite's report: one self-contained HTML file with charts (or the same numbers as Markdown).",
-    )
-    parser.add_argument("--jobs-dir", type=Path, help="a local batch: DIR/run-ledger.json and each task's compact files")
-    parser.add_argument("--suite", help="a daemon suite's name (with --broker)")
-    parser.add_argument("--broker", help="the daemon's broker URL, redis://HOST:PORT/DB (with --suite)")
-    parser.add_argument("--out", type=Path, required=True, help="the file to write (report.html or report.md)")
-    parser.add_argument("--format", dest="output_format", choices=["html", "markdown"], default="html")
-    parser.add_argument("--title", help="the report's title (default: the suite's name, or 'local batch')")
-    return parser
-
-
-def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], list[str], str]:
-    if args.jobs_dir is not None:
-        if args.suite or args.broker:
-            raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
-        jobs_dir = args.jobs_dir.expanduser().resolve()
-        return rows_from_jobs_dir(jobs_dir), [str(jobs_dir)], "local batch"
-    if not (args.suite and args.broker):
-        raise BadInputError("report needs --jobs-dir DIR, or both --suite NAME and --broker URL")
-    return rows_from_suite(args.broker, args.suite), [args.broker], f"suite {args.suite}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging()
-    try:
-        # SIGTERM and SIGINT end the report: python -m runner only remembered them until now.
-        early_signals.interrupt_from_now_on()
-        if early_signals.pending() is not None:
-            early_signals.raise_interrupt(early_signals.pending() or 0, None)
-        rows, private, default_title = _rows(args)
-        text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
-                            private_texts=view_private_texts(private))
-        write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
-        unreadable = sum(1 for row in rows if row.unreadable is not None)
-        print(json.dumps({"mode": "report", "format": args.output_format, "tasks": len(rows),
-                          "unreadable": unreadable, "out": args.out.name}))
-    except KeyboardInterrupt:
-        log.warning("report_interrupted")
-        print("runner report: interrupted", file=sys.stderr)
-        return 130
-    except REFUSALS as e:
-        log.error("report_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner report: {e}", file=sys.stderr)
-        return int(exit_code_of(e))
-    except OSError as e:
-        print(f"runner report: cannot write --out ({e.strerror or type(e).__name__})", file=sys.stderr)
-        return 3
-    return 0

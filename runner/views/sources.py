@@ -1,11 +1,11 @@
-"""Where task rows come from: the local batch's ledger, or (once wired) a daemon suite's ledger.
+"""Where a local batch's task rows come from: its ledger (a fleet suite's come from ``runner.fleet.views``).
 
-Invariants: only public files are read (``run-ledger.json``, its journal and each task's
-``benchmark_run.compact.json``); never a prompt, a patch, a log or a marker. Each is read
+Invariants: only public files are read (``run-ledger.json`` and its journal: a row carries
+every fact the views show); never a prompt, a patch, a log or a marker. Each is read
 through ``runner.bounded_read`` (inside the jobs dir, a regular file, bounded in size and
 depth, strict UTF-8), so a hostile or damaged jobs dir gives rows in state ``unreadable``
 with a short reason: never a hang, a traceback, or the bad file's own text on the page.
-A row's tag is used in a path only when it is a safe tag.
+A row's tag is shown only when it is a safe tag.
 """
 
 from __future__ import annotations
@@ -17,35 +17,20 @@ from pathlib import Path
 import structlog
 from pydantic import ValidationError
 
-from reducers.passk import is_infra_failure
+from reducers.outcome import FINISHED_STATES, TaskState
 from runner.bounded_read import Unreadable, UnreadableFileError, iter_bounded_lines, parse_json_bounded, read_bounded_json
 from runner.errors import BadInputError
-from runner.jobroot import BENCHMARK_RUN
 from runner.ledger import (
     JOURNAL_LINE_MAX_BYTES, JOURNAL_MAX_BYTES, LEDGER_JOURNAL, LEDGER_JSON, LEDGER_MAX_BYTES, LEDGER_MAX_DEPTH,
     LedgerRow, row_key,
 )
 from runner.settings import is_safe_tag
-from reducers.models import LedgerState
-from runner.views.model import TIMED_PHASES, TaskRow, TaskState
+from runner.views.model import TIMED_PHASES, TaskRow
 
 log = structlog.get_logger(__name__)
 
 LOCAL_SUITE = "local"
 LOCAL_HOST = "local"
-# A compact run is a few KB and a few levels deep; far beyond either, it is not one the runner wrote.
-COMPACT_MAX_BYTES = 4 << 20
-COMPACT_MAX_DEPTH = 32
-# The batch ledger's states (runner.batch) as task states.
-_STATE = {
-    LedgerState.COMPLETED: TaskState.DONE,
-    LedgerState.FAILED: TaskState.FAILED,
-    LedgerState.BAD_INPUT: TaskState.FAILED,
-    LedgerState.BAD_ENVIRONMENT: TaskState.FAILED,
-    LedgerState.INTERRUPTED: TaskState.CANCELLED,
-}
-
-
 @dataclass(frozen=True)
 class _Refused:
     """A ledger entry that is not a row: ``where`` names its place (``ledger-row-3``) when its tag is unsafe."""
@@ -72,54 +57,27 @@ def _unreadable_row(suite: str, refused: _Refused) -> TaskRow:
     return TaskRow(suite=suite, tag=tag, attempt=attempt, state=TaskState.UNREADABLE, unreadable=refused.unreadable)
 
 
-def _cached_input_tokens(jobs_dir: Path, job_root: Path) -> int:
-    """The compact run's cached-input count (the ledger keeps input and output only).
-
-    Raises:
-        UnreadableFileError: the compact file is there but refused (a FIFO, a link out, too large, ...).
-    """
-    try:
-        run = read_bounded_json(job_root / BENCHMARK_RUN, root=jobs_dir, max_bytes=COMPACT_MAX_BYTES,
-                                max_depth=COMPACT_MAX_DEPTH)
-    except UnreadableFileError as e:
-        if e.unreadable is Unreadable.MISSING:
-            return 0  # refused before any output: the ledger row still stands
-        raise
-    try:
-        value = run["metrics"]["cache_tokens"]
-    except (KeyError, TypeError, IndexError):
-        return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _task_row(jobs_dir: Path, row: LedgerRow, suite: str, where: str) -> TaskRow:
+def _task_row(row: LedgerRow, suite: str, where: str) -> TaskRow:
+    """A batch ledger row as the views' row: the same facts (``reducers.outcome``), the same states."""
     identity = _identity(row.tag, row.attempt)
     if identity is None:
         return _unreadable_row(suite, _Refused(where, None, Unreadable.INVALID_ROW))
-    # A batch with --attempts keeps each attempt at DIR/<tag>/attempt-<i>; without, DIR/<tag> is attempt 1.
-    job_root = jobs_dir / row.tag if row.attempt is None else jobs_dir / row.tag / f"attempt-{row.attempt}"
-    try:
-        cached = _cached_input_tokens(jobs_dir, job_root)
-    except UnreadableFileError as e:
-        return _unreadable_row(suite, _Refused(where, identity, e.unreadable))
-    state = _STATE.get(row.state, TaskState.FAILED)
-    finished = state in (TaskState.DONE, TaskState.FAILED)
+    finished = row.state in FINISHED_STATES
     resolved = bool(row.resolved) if finished else None
     try:
         return TaskRow(
             suite=suite,
             tag=row.tag,
-            attempt=identity[1],
-            state=state,
+            attempt=identity[1],  # a batch without --attempts keeps DIR/<tag>: attempt 1
+            state=row.state,
             host=LOCAL_HOST,
-            phase=row.first_failed_phase if state is TaskState.FAILED and row.first_failed_phase in TIMED_PHASES else None,
+            phase=row.first_failed_phase if row.first_failed_phase in TIMED_PHASES else None,  # where it stopped
             resolved=resolved,
-            infra_failure=is_infra_failure(row.state, row.failure_label) if finished else None,
-            # a task refused before it wrote a compact file has no label: its batch state stands in
-            failure_label=None if resolved else (row.failure_label or (row.state if finished else None)),
+            infra_failure=row.infra_failure if finished else None,
+            failure_label=None if resolved else row.failure_label,
             phase_seconds={k: v for k, v in row.phase_durations_seconds.items() if k in TIMED_PHASES},
             wall_seconds=row.wall_seconds,
-            tokens={"input": row.input_tokens, "cached_input": cached, "output": row.output_tokens},
+            tokens={"input": row.input_tokens, "cached_input": row.cached_input_tokens, "output": row.output_tokens},
         )
     except ValidationError:  # a 100 KB label, a negative count: never quoted (pydantic's message would)
         return _unreadable_row(suite, _Refused(where, identity, Unreadable.INVALID_ROW))
@@ -139,7 +97,7 @@ class _Entries:
 
     def take(self, raw: object, where: str) -> None:
         try:
-            row = LedgerRow.model_validate(raw)
+            row = LedgerRow.from_disk(raw)
         except ValidationError:
             fields = raw if isinstance(raw, dict) else {}
             identity = _identity(fields.get("tag"), fields.get("attempt"))
@@ -189,7 +147,7 @@ def _replay_journal(jobs_dir: Path, entries: _Entries) -> None:
 
 
 def rows_from_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> list[TaskRow]:
-    """One row per task of a local batch, from ``DIR/run-ledger.json``, its journal and the compact files.
+    """One row per task of a local batch, from ``DIR/run-ledger.json`` and its journal.
 
     A file or a row that cannot be used is one row in state ``unreadable`` (its reason in
     ``TaskRow.unreadable``); the other rows stand.
@@ -204,22 +162,7 @@ def rows_from_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> list[Task
     _read_snapshot(jobs_dir, entries)
     _replay_journal(jobs_dir, entries)
     rows = [
-        _task_row(jobs_dir, entry, suite, where) if isinstance(entry, LedgerRow) else _unreadable_row(suite, entry)
+        _task_row(entry, suite, where) if isinstance(entry, LedgerRow) else _unreadable_row(suite, entry)
         for where, entry in entries.by_key.values()
     ]
     return sorted(rows, key=lambda r: r.key)
-
-
-def rows_from_suite(broker_url: str, suite: str, namespace: str | None = None) -> list[TaskRow]:
-    """One row per task and attempt of a daemon suite, from its ledger on the broker.
-
-    Raises:
-        BrokerUnavailableError: the broker does not answer (exit 3).
-        BadInputError: the suite name is not a safe label.
-    """
-    from runner.fleet.broker import DEFAULT_NAMESPACE
-    from runner.fleet.messages import check_suite
-    from runner.fleet.views import rows_from_broker
-
-    namespace = namespace or os.environ.get("RUNNER_FLEET_NAMESPACE", DEFAULT_NAMESPACE)
-    return rows_from_broker(broker_url, check_suite(suite), namespace)

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from pydantic import BaseModel, ConfigDict
+from reducers.models import Frozen
 
 from reducers.passk import attempt_counts, pass_at_table, suite_pass_at
 from runner.views.model import FINISHED_STATES, TOKEN_KINDS, TaskRow, TaskState
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class TagSummary(_Frozen):
+class TagSummary(Frozen):
     suite: str
     tag: str
     attempts: int  # rows of this tag, any state
@@ -32,7 +29,7 @@ class TagSummary(_Frozen):
     pass_at: dict[int, float]  # k -> pass@k, for every k in reducers.passk.K_VALUES with k <= n
 
 
-class SuiteSummary(_Frozen):
+class SuiteSummary(Frozen):
     tasks: int
     by_state: dict[str, int]
     finished: int
@@ -51,8 +48,8 @@ def _is_infra(row: TaskRow) -> bool:
 
 
 def scored(row: TaskRow) -> bool:
-    """Does this row count in pass@k: finished, and not an infrastructure failure."""
-    return row.state in FINISHED_STATES and not _is_infra(row)
+    """Does this row count in pass@k: the agent had its say (``done``, the ledgers' one rule)."""
+    return row.state is TaskState.DONE
 
 
 def tag_summaries(rows: list[TaskRow]) -> list[TagSummary]:
@@ -83,7 +80,7 @@ def summarize(rows: list[TaskRow]) -> SuiteSummary:
         resolved=resolved,
         infra_failures=infra,
         resolved_rate=resolved / len(finished) if finished else None,
-        resolved_rate_excluding_infra=resolved / (len(finished) - infra) if len(finished) > infra else None,
+        resolved_rate_excluding_infra=resolved / n_scored if (n_scored := sum(1 for row in finished if scored(row))) else None,
         tokens=tokens,
         failure_labels=labels.most_common(),
         pass_at=pass_at,

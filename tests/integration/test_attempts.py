@@ -70,7 +70,7 @@ def test_a_batch_with_attempts_scores_pass_at_k_and_extracts_each_image_once(
     assert ledger["suite"]["mean_pass_at"]["1"] == round((2 / 3 + 1) / 2, 6)
     assert summary["tasks"] == ledger["tasks"] and summary["suite"] == ledger["suite"]
     markdown = (jobs / "run-ledger.md").read_text()
-    assert "| t_a #2 | completed | no |" in markdown and "| t_a | 3 | 3 | 2 | 0.667 | 1.000 | 1.000 |" in markdown
+    assert "| t_a #2 | done | no |" in markdown and "| t_a | 3 | 3 | 2 | 0.667 | 1.000 | 1.000 |" in markdown
     for i in (1, 2, 3):
         assert (jobs / ".batch-logs" / f"t_a.attempt-{i}.log").stat().st_size > 0
         assert read_json(jobs / "t_a" / f"attempt-{i}" / "real-result.public.json")["result_summary"]["resolved"] is (i != 2)
@@ -104,7 +104,7 @@ def test_execute_with_attempts_runs_them_under_the_job_root(tmp_path: Path, stub
         assert (job / f"attempt-{i}" / "context" / "prompt.md").read_text() == (job / "context" / "prompt.md").read_text()
     rows = read_json(job / "run-ledger.json")["rows"]
     assert [(row["tag"], row["attempt"], row["state"]) for row in rows] == [
-        ("stub_calc", 1, "completed"), ("stub_calc", 2, "completed")
+        ("stub_calc", 1, "done"), ("stub_calc", 2, "done")
     ]
     assert not (job / "benchmark_run.compact.json").exists()  # the job root itself is no attempt
 

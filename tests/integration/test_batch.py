@@ -50,7 +50,8 @@ def test_a_batch_runs_concurrently_keeps_a_ledger_and_resumes(tmp_path: Path, st
     summary = json.loads(done.stdout)
     assert summary["tags"] == 4 and summary["ran"] == 4 and summary["resolved"] == 1
     assert summary["resolved_rate"] == 0.25
-    assert summary["states"] == {"completed": 2, "failed": 1, "bad_input": 1}
+    # the hanging codex is the agent's failure: scored (done), unresolved; the missing prompt is refused
+    assert summary["states"] == {"done": 3, "failed": 1}
     assert summary["failures_by_label"] == {
         "unresolved_single_tag_eval_compact_result": 1, "failed_codex_codex_timeout": 1, "bad_input": 1
     }
@@ -58,12 +59,13 @@ def test_a_batch_runs_concurrently_keeps_a_ledger_and_resumes(tmp_path: Path, st
     # The hanging task timed out on its own; the others were not stopped or changed by it.
     rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
     assert rows["t_fix"]["resolved"] is True and rows["t_fix"]["patch_sha256"]
-    assert rows["t_wrong"]["resolved"] is False and rows["t_wrong"]["state"] == "completed"
-    assert rows["t_hang"]["first_failed_phase"] == "codex" and rows["t_hang"]["state"] == "failed"
-    assert rows["t_noprompt"]["state"] == "bad_input" and not (jobs / "t_noprompt").exists()
+    assert rows["t_wrong"]["resolved"] is False and rows["t_wrong"]["state"] == "done"
+    assert rows["t_hang"]["first_failed_phase"] == "codex" and rows["t_hang"]["state"] == "done"
+    assert rows["t_hang"]["infra_failure"] is False and rows["t_hang"]["exit_code"] == 1
+    assert (rows["t_noprompt"]["state"], rows["t_noprompt"]["failure_label"]) == ("failed", "bad_input") and not (jobs / "t_noprompt").exists()
     assert read_json(jobs / "t_fix" / "real-result.public.json")["result_summary"]["resolved"] is True
     markdown = (jobs / "run-ledger.md").read_text()
-    assert "| t_fix | completed | yes |" in markdown and "| t_hang | failed | no | codex |" in markdown
+    assert "| t_fix | done | yes |" in markdown and "| t_hang | done | no | codex |" in markdown
     # Concurrency: the three tasks that ran were all running at one instant (one worker would
     # have run them one after another), read from each task's own markers.
     spans = [_span(jobs / tag) for tag in ("t_fix", "t_wrong", "t_hang")]
@@ -79,7 +81,7 @@ def test_a_batch_runs_concurrently_keeps_a_ledger_and_resumes(tmp_path: Path, st
     assert summary["skipped_completed"] == 2 and summary["ran"] == 2 and summary["resolved"] == 2
     assert {p.name: p.read_bytes() for p in (jobs / "t_fix" / "result-markers").iterdir()} == fix_markers
     rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
-    assert all(row["state"] == "completed" for row in rows.values())
+    assert all(row["state"] == "done" and row["exit_code"] == 0 for row in rows.values())
     assert sorted(e["task"] for e in log_events(again.stderr, "task_skipped")) == ["t_fix", "t_wrong"]
 
 
@@ -95,10 +97,10 @@ def test_interrupting_a_batch_stops_every_task_cleanly(tmp_path: Path, stub_imag
     code, stdout, stderr = running.finish()
     assert code == 130, stderr
     summary = json.loads(stdout)
-    assert summary["interrupted"] is True and summary["states"] == {"interrupted": 2}
+    assert summary["interrupted"] is True and summary["states"] == {"cancelled": 2}
     rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
     assert set(rows) == {"t_0", "t_1"}, "no task may start after the interrupt"
-    assert all(row["state"] == "interrupted" for row in rows.values())
+    assert all(row["state"] == "cancelled" for row in rows.values())
     for tag in ("t_0", "t_1"):
         assert read_json(jobs / tag / "result-markers" / "codex.json")["reason"] == "interrupted"
     assert runner_containers(docker_client) == []

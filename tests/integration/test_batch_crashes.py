@@ -71,7 +71,7 @@ def test_a_batch_killed_with_sigkill_leaves_tasks_that_end_cleanly_and_a_rerun_t
     )
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads(again.stdout)
-    assert summary["resolved"] == 2 and summary["states"] == {"completed": 2}
+    assert summary["resolved"] == 2 and summary["states"] == {"done": 2}
 
 
 def test_a_reader_that_goes_away_never_ends_the_run(tmp_path: Path, stub_image: str) -> None:
@@ -109,7 +109,34 @@ def test_an_early_sigterm_to_a_batch_is_an_interrupt_with_a_summary(
     assert process.returncode == 130, stderr[-2000:]
     summary = json.loads(stdout)
     assert summary["interrupted"] is True and summary["exit_code"] == 130
-    assert set(summary["states"]) <= {"interrupted"}, summary["states"]
+    assert set(summary["states"]) <= {"cancelled"}, summary["states"]
     ledger = jobs / "run-ledger.json"
     if ledger.exists():
-        assert all(row["state"] == "interrupted" for row in read_json(ledger)["rows"])
+        assert all(row["state"] == "cancelled" for row in read_json(ledger)["rows"])
+
+
+def test_an_interrupt_while_a_create_request_is_on_its_way_leaves_no_container(
+    tmp_path: Path, stub_image: str, docker_client
+) -> None:
+    """The window behind the early-SIGTERM leak: the signal lands while the runner waits for the daemon
+    to answer a create. The daemon still creates the container after the runner's cleanup has looked
+    for it, so the create is never cut half-way: the interrupt waits for its answer (signals.deferred)."""
+    from tests.docker_proxy import CuttableDockerProxy
+
+    job = make_job_root(tmp_path)
+    proxy = CuttableDockerProxy(hold_on=b"/containers/create", hold_seconds=2.0)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runner", "--execute", *stub_args(job, stub_image)],
+            cwd=REPO, env=cli_environment({"DOCKER_HOST": proxy.docker_host}),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proxy.held.wait(60), "no container was created"
+        time.sleep(0.3)  # the request is on its way: the client waits for the answer
+        process.send_signal(signal.SIGTERM)
+        _stdout, stderr = process.communicate(timeout=120)
+        assert process.returncode == 130, stderr[-2000:]
+        time.sleep(3)  # long after the held request reached the daemon
+        assert runner_containers(docker_client) == [], "a container created during the interrupt was left"
+    finally:
+        proxy.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -26,6 +27,11 @@ def _git(tree: Path, *args: str) -> str:
 def test_execute_resolves_and_writes_safe_compact_files(job_root: Path, stub_image: str) -> None:
     done = run_cli("--execute", *stub_args(job_root, stub_image))
     assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["resolved"], report["verdict_untrusted"]) == (True, False)  # the trust beside the verdict
+    noisy = [e for e in (json.loads(line) for line in done.stderr.splitlines() if line.startswith("{"))
+             if e.get("level") in ("warning", "error", "critical")]
+    assert not noisy, f"a normal run logs no warning: {noisy}"
     run = read_json(job_root / "benchmark_run.compact.json")
     result = read_json(job_root / "benchmark_result.compact.json")
     real = read_json(job_root / "real-result.public.json")

@@ -11,101 +11,20 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
-from runner.fleet.broker import Keys, make_broker, task_message
-from runner.fleet.ledger import SuiteLedger
-from runner.fleet.messages import TaskMessage, TaskOptions
-from tests.conftest import FAKE_CODEX, RunningCli, log_events, read_json, run_cli, runner_containers
+from runner.fleet.broker import make_broker, task_message
+from runner.tasks.protocol import TaskMessage
+from runner.tasks.spec import TaskSpec
+from tests.conftest import RunningCli, log_events, read_json, run_cli, runner_containers
+from tests.fleet_support import Fleet
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.usefixtures("no_leaked_containers")]
 
 SLOW_TEST = "sleep 6; /usr/local/bin/run_test_entrypoint.sh test_patched"
-
-
-class Fleet:
-    def __init__(self, url: str, namespace: str, tmp_path: Path, image: str) -> None:
-        self.url, self.namespace, self.tmp, self.image = url, namespace, tmp_path, image
-        self.codex_home = tmp_path / "codex-home"
-        self.codex_home.mkdir()
-        (self.codex_home / "auth.json").write_text("{}\n")  # a login for the host check; fake codex needs none
-        self.prompts = tmp_path / "prompts"
-        self.client = redis.Redis.from_url(url)
-        self.workers: list[RunningCli] = []
-
-    def jobs(self, name: str) -> Path:
-        path = self.tmp / name
-        path.mkdir(exist_ok=True)
-        return path
-
-    def prompt(self, tag: str, text: str) -> None:
-        (self.prompts / tag / "context").mkdir(parents=True, exist_ok=True)
-        (self.prompts / tag / "context" / "prompt.md").write_text(text)
-
-    def worker(self, name: str, jobs: Path, *args: str, env: dict[str, str] | None = None) -> RunningCli:
-        worker = RunningCli(
-            "worker", "--broker", self.url, "--namespace", self.namespace, "--jobs-dir", str(jobs),
-            "--codex-bin", str(FAKE_CODEX), "--name", name, "--check-interval", "1", "--heartbeat-timeout", "3",
-            *args, env={"CODEX_HOME": str(self.codex_home), **(env or {})},
-        )
-        self.workers.append(worker)
-        worker.wait_for("worker_started", timeout=60)
-        return worker
-
-    def submit(self, suite: str, *args: str, image: str | None = None) -> Any:
-        return run_cli("submit", "--broker", self.url, "--namespace", self.namespace, "--suite", suite,
-                       "--prompts-dir", str(self.prompts), "--image", image or self.image, *args)
-
-    def status(self, *args: str) -> Any:
-        return run_cli("status", "--broker", self.url, "--namespace", self.namespace, *args)
-
-    def rows(self, suite: str) -> dict[str, dict[str, Any]]:
-        ledger = SuiteLedger(self.client, Keys(self.namespace), suite)
-        return {row.key: row.model_dump(mode="json") for row in ledger.rows()}
-
-    def wait(self, what: str, condition: Callable[[], bool], timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            for worker in self.workers:
-                if worker.process.poll() is not None and worker.process.returncode not in (0, -9):
-                    raise AssertionError(f"a worker died ({worker.process.returncode}): {''.join(worker.lines)[-3000:]}")
-            time.sleep(0.2)
-        logs = "\n".join("".join(w.lines)[-2500:] for w in self.workers)
-        raise AssertionError(f"timed out waiting for {what}; workers' logs:\n{logs}")
-
-    def wait_state(self, suite: str, key: str, state: str, *, phase: str | None = None, timeout: float = 120) -> dict:
-        def reached() -> bool:
-            row = self.rows(suite).get(key)
-            return row is not None and row["state"] == state and (phase is None or row["phase"] == phase)
-
-        self.wait(f"{suite}/{key} {state} {phase or ''}", reached, timeout)
-        return self.rows(suite)[key]
-
-    def stop(self, worker: RunningCli, *, signals: int = 1) -> tuple[int, str, str]:
-        for _ in range(signals):
-            worker.process.send_signal(signal.SIGTERM)
-            time.sleep(0.3)
-        return worker.finish(timeout=120)
-
-
-@pytest.fixture
-def fleet(redis_namespace: tuple[str, str], tmp_path: Path, stub_image: str) -> Iterator[Fleet]:
-    url, namespace = redis_namespace
-    fleet = Fleet(url, namespace, tmp_path, stub_image)
-    yield fleet
-    for worker in fleet.workers:  # a failed test must not leave a daemon behind
-        if worker.process.poll() is None:
-            worker.process.kill()
-            worker.process.wait(timeout=30)
-    time.sleep(1)  # the killed workers' children end through their own cleanup (parent-death signal)
-    fleet.client.close()
 
 
 def _events(worker: RunningCli, event: str) -> list[dict[str, Any]]:
@@ -200,14 +119,10 @@ def test_a_duplicate_delivery_while_running_does_not_start_a_second_run(fleet: F
     assert fleet.submit("s", "--tag", "t_dup").returncode == 0
     fleet.wait_state("s", "t_dup/1", "running", phase="codex")
     # Dramatiq delivers at least once: the same task's message, delivered again while it runs.
-    options = TaskOptions(image=fleet.image, codex_timeout=3600, eval_timeout=300, eval_network="bridge",
-                          source_dir="/app/source_code_buggy",
-                          apply_cmd="/usr/local/bin/run_test_entrypoint.sh apply_patch /patches/attempt.patch",
-                          test_cmd="/usr/local/bin/run_test_entrypoint.sh test_patched")
+    spec = TaskSpec(tag="t_dup", image=fleet.image)
     broker = make_broker(fleet.url, fleet.namespace)
     try:
-        broker.enqueue(task_message(TaskMessage(suite="s", tag="t_dup", attempt=1, prompt=prompt, options=options),
-                                    "runner"))
+        broker.enqueue(task_message(TaskMessage(suite="s", attempt=1, prompt=prompt, spec=spec), "runner"))
     finally:
         broker.close()
     fleet.wait("the duplicate deferred", lambda: bool(_events(worker, "duplicate_deferred")))
@@ -267,11 +182,16 @@ def test_a_broken_host_takes_nothing_and_says_why(fleet: Fleet, tmp_path: Path) 
     fleet.prompt("t_fix", "Fix calc.add.\nfake-codex-mode: fix\n")
     no_login = tmp_path / "no-login"
     no_login.mkdir()
+    # A codex that is not logged in (`codex login status` fails) and no key variable: the worker's
+    # check is the precheck's, so it refuses exactly what --execute's precheck would.
+    logged_out = tmp_path / "logged-out-codex"
+    logged_out.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'codex-cli 9.9.9' && exit 0\nexit 1\n")
+    logged_out.chmod(0o755)
     broken = {
         "docker_daemon": fleet.worker("no-docker", fleet.jobs("no-docker"), env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}),
         "jobs_disk": fleet.worker("full-disk", fleet.jobs("full-disk"), "--min-free-gb", "1000000"),
-        "codex_login": fleet.worker("no-login", fleet.jobs("no-login"), env={"CODEX_HOME": str(no_login),
-                                                                             "HOME": str(no_login)}),
+        "codex_login": fleet.worker("no-login", fleet.jobs("no-login"), "--codex-bin", str(logged_out),
+                                    env={"CODEX_HOME": str(no_login), "HOME": str(no_login)}),
     }
     for check, worker in broken.items():
         unhealthy = _events(worker, "host_unhealthy")
@@ -316,7 +236,7 @@ def test_an_infrastructure_failure_is_retried_a_bounded_number_of_times_an_agent
 
 
 def test_a_host_that_crashed_mid_task_sweeps_its_strays_on_restart_and_resumes(fleet: Fleet, docker_client) -> None:
-    from runner.reaper import descendants
+    from runner.containment.descendants import descendants
 
     fleet.prompt("t_crash", "Fix calc.add.\nfake-codex-mode: fix\n")
     jobs = fleet.jobs("host-a")
@@ -363,19 +283,19 @@ def test_bad_input_gives_a_clear_error_and_a_failed_row_never_a_crashed_worker(f
     assert fleet.rows("s")["t_noprompt/1"]["failure_label"] == "bad_input_prompt"
 
     # Malformed messages put on the queue by something other than submit.
-    good = {"suite": "s", "tag": "t_x", "attempt": 1, "prompt": "p",
-            "options": {"codex_timeout": 10, "eval_timeout": 10, "eval_network": "bridge", "source_dir": "/app",
-                        "apply_cmd": "true", "test_cmd": "true"}}
+    spec = {"tag": "t_x", "codex_timeout": 10, "eval_timeout": 10, "eval_network": "bridge", "source_dir": "/app",
+            "apply_cmd": "true", "test_cmd": "true"}
+    good = {"suite": "s", "attempt": 1, "prompt": "p", "spec": spec}
     from dramatiq import Message
 
     broker = make_broker(fleet.url, fleet.namespace)
     try:
         for number, payload in enumerate([
-            {**good, "tag": "t;rm -rf /"},
-            {**good, "tag": "t_empty", "prompt": "   "},
+            {**good, "spec": {**spec, "tag": "t;rm -rf /"}},
+            {**good, "spec": {**spec, "tag": "t_empty"}, "prompt": "   "},
             {**good, "suite": "x$(id)"},
             "not a task at all",
-            {**good, "tag": "t_badcmd", "options": {**good["options"], "source_dir": "relative/../path"}},
+            {**good, "spec": {**spec, "tag": "t_badcmd", "source_dir": "relative/../path"}},
         ]):
             broker.enqueue(Message(queue_name="runner", actor_name="run_task", args=(payload,), kwargs={}, options={},
                                    message_id=f"00000000-0000-0000-0000-00000000000{number}"))
@@ -387,14 +307,17 @@ def test_bad_input_gives_a_clear_error_and_a_failed_row_never_a_crashed_worker(f
     rows = fleet.rows("s")
     assert rows["t_empty/1"]["state"] == "failed" and rows["t_empty/1"]["failure_label"] == "bad_message"
     assert "prompt" in rows["t_empty/1"]["error"]
-    assert rows["t_badcmd/1"]["state"] == "failed" and rows["t_badcmd/1"]["failure_label"] == "bad_input"
-    assert "--source-dir" in rows["t_badcmd/1"]["error"]
+    # a spec is checked whole when the message is read: the same rules as a single run's flags
+    assert rows["t_badcmd/1"]["state"] == "failed" and rows["t_badcmd/1"]["failure_label"] == "bad_message"
+    assert "spec.source_dir" in rows["t_badcmd/1"]["error"] and "relative" not in rows["t_badcmd/1"]["error"]
     invalid = [row for key, row in rows.items() if key.startswith("invalid-")]
     assert len(invalid) == 1 and "tag" in invalid[0]["error"] and "rm -rf" not in invalid[0]["error"]
     assert all(row["state"] == "failed" for row in fleet.rows("_rejected").values())
     assert worker.process.poll() is None, "the worker is still up"
     status = fleet.status()
     assert status.returncode == 0 and "$(id)" not in status.stdout
+    unknown = fleet.status("--suite", "never-submitted")
+    assert unknown.returncode == 2 and "no suite 'never-submitted'" in unknown.stderr  # not exit 0 with "0 tasks"
     code, _stdout, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]
 

@@ -147,7 +147,7 @@ def test_one_task_cannot_forge_a_siblings_verdict_in_a_batch(tmp_path: Path, stu
     # A ledger row forged as completed and resolved does not make a rerun of the batch skip the tag.
     import json
 
-    rows["b_victim"].update(state="completed", resolved=True)
+    rows["b_victim"].update(state="done", resolved=True, exit_code=0)
     (jobs / "run-ledger.json").write_text(json.dumps(ledger))
     done = run_cli("--execute", "--jobs-dir", str(jobs), "--tag", "b_victim",
                    "--image", stub_image, "--codex-bin", str(FAKE_CODEX))

@@ -14,24 +14,24 @@ import pytest
 
 from reducers.models import PHASE_ORDER, Phase, TerminalState
 from runner.errors import ExitCode
-from runner.settings import load_settings
-from runner.supervisor import TaskProcesses, run_task
-from runner.task import host_settings, task_spec
+from runner.tasks.protocol import TaskRequest
+from runner.tasks.spec import read_operator
+from runner.tasks.supervisor import TaskProcesses, run_task
 from tests.conftest import FAKE_CODEX, REPO, make_job_root, read_json
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
 
 
-def _task(job: Path, image: str):
-    settings = load_settings(codex_bin=str(FAKE_CODEX), codex_timeout=120)
-    return task_spec(settings, "stub_calc", job, image=image), host_settings(settings)
+def _task(job: Path, image: str) -> TaskRequest:
+    operator = read_operator({"tag": "stub_calc", "codex_bin": str(FAKE_CODEX), "codex_timeout": 120, "image": image})
+    return TaskRequest(spec=operator.spec, job_root=job, host=operator.host)
 
 
 def test_a_task_reports_its_phases_and_outcome_on_its_pipe(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path)
-    spec, host = _task(job, stub_image)
+    request = _task(job, stub_image)
     phases: list[str] = []
-    end = run_task(spec, host, tmp_path / "task.log", TaskProcesses(), phases.append)
+    end = run_task(request, tmp_path / "task.log", TaskProcesses(), phases.append)
     assert end.returncode == 0 and end.outcome is not None and end.outcome.exit_code == ExitCode.COMPLETED
     assert phases == [phase.value for phase in PHASE_ORDER if phase is not Phase.REDUCE]
     assert end.outcome.reduced.terminal_state is TerminalState.RESOLVED
@@ -69,12 +69,12 @@ def _fd_targets(pid: int) -> set[str]:
 
 def test_cancel_takes_the_ctrl_c_path_and_no_agent_holds_the_pipe(tmp_path: Path, stub_image: str) -> None:
     job = make_job_root(tmp_path, "Fix calc.add.\nfake-codex-mode: hang\n")
-    spec, host = _task(job, stub_image)
+    request = _task(job, stub_image)
     processes = TaskProcesses()
     seen: list[str] = []
     ended: dict = {}
     runner = threading.Thread(
-        target=lambda: ended.update(end=run_task(spec, host, tmp_path / "task.log", processes, seen.append))
+        target=lambda: ended.update(end=run_task(request, tmp_path / "task.log", processes, seen.append))
     )
     runner.start()
     hang = job / "buggy-source" / "hang.pid"

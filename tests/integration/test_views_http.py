@@ -85,12 +85,13 @@ def test_metrics_parse_and_count_the_suite(served) -> None:
     assert status == 200 and content_type.startswith("text/plain")
     samples = _samples(text)
     state = {s.value: samples[("runner_tasks", (("state", s.value),))] for s in TaskState}
-    assert state == {"queued": 1, "running": 1, "done": 2, "failed": 3, "cancelled": 0, "unreadable": 0}
+    assert state == {"queued": 1, "running": 1, "done": 3, "failed": 2, "cancelled": 0, "unreadable": 0}
     assert samples[("runner_slots", (("state", "busy"),))] == 1 and samples[("runner_slots", (("state", "free"),))] == 1
     assert samples[("runner_taking_work", ())] == 1 and samples[("runner_draining", ())] == 0
     assert samples[("runner_tasks_resolved_total", ())] == 1
     assert samples[("runner_tasks_infra_failed_total", ())] == 2
-    assert samples[("runner_tasks_finished_total", (("outcome", "unresolved"),))] == 1
+    # the unresolved task and the agent's timed-out one: both scored, both unresolved
+    assert samples[("runner_tasks_finished_total", (("outcome", "unresolved"),))] == 2
     assert samples[("runner_codex_tokens_total", (("kind", "input"),))] == 123000
     assert samples[("runner_codex_tokens_total", (("kind", "cached_input"),))] == 90000
     # codex ran (and was timed) in the resolved, the unresolved and the timed-out task: not in the running one

@@ -9,7 +9,7 @@ import pytest
 
 from runner.codex_usage import usage_from_events
 from runner.errors import BadInputError
-from runner.settings import load_settings
+from runner.tasks.spec import load_settings
 from tests.conftest import FAKE_CODEX, run_cli
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent.sock"}
@@ -64,7 +64,8 @@ def test_a_bad_image_variable_does_not_refuse_a_batch(tmp_path: Path) -> None:
                    env={**NO_DOCKER, "IMAGE": "not an image $(id)", "TAG": "bad tag"})
     assert "invalid settings" not in done.stderr, done.stderr
     summary = json.loads(done.stdout)  # the batch ran; its task found no Docker (exit 3)
-    assert summary["ran"] == 1 and summary["states"] == {"bad_environment": 1}
+    assert summary["ran"] == 1 and summary["states"] == {"failed": 1}
+    assert summary["failures_by_label"] == {"failed_precheck_precheck_docker_daemon": 1}
 
 
 def test_huge_token_counts_in_codex_events_are_bounded(tmp_path: Path) -> None:

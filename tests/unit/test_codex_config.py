@@ -15,7 +15,7 @@ from runner.codex_config import (
 )
 from runner.errors import BadInputError
 from runner.phases.codex import child_environment, codex_argv
-from runner.settings import load_settings
+from runner.tasks.spec import load_settings
 
 
 def test_the_guards_come_after_the_operators_overrides(tmp_path: Path) -> None:
@@ -85,17 +85,18 @@ def test_the_overrides_hash_depends_on_order_and_content() -> None:
 
 
 def test_a_batch_passes_the_codex_settings_to_every_task(tmp_path: Path) -> None:
-    from runner.cli import _settings_from, build_parser
-    from runner.supervisor import TaskRequest
-    from runner.task import host_settings, task_settings, task_spec
+    from runner.cli import _operator, build_parser
+    from runner.tasks.protocol import TaskRequest
+    from runner.tasks.spec import resolve
 
     args = build_parser().parse_args([
         "--model", "gpt-x", "--codex-profile", "ci", "--codex-config", "a.b=1", "--codex-config", "c=2",
         "--codex-home", str(tmp_path), "--patch-exclude", "dist/", "--patch-exclude", "*.log",
+        "--jobs-dir", str(tmp_path), "--tag", "t_0", "--tag", "t_1",
     ])
-    settings = _settings_from(args)
-    request = TaskRequest(spec=task_spec(settings, "t_1", tmp_path / "t_1"), host=host_settings(settings))
+    operator = _operator(args)
+    request = TaskRequest(spec=operator.spec.for_tag("t_1"), job_root=tmp_path / "t_1", host=operator.host)
     sent = TaskRequest.model_validate_json(request.model_dump_json())
-    again = task_settings(sent.spec, sent.host)
+    again = resolve(sent.spec, sent.host, job_root=sent.job_root)
     assert (again.model, again.codex_profile, again.codex_home) == ("gpt-x", "ci", tmp_path)
     assert again.codex_config == ("a.b=1", "c=2") and again.patch_exclude == ("dist/", "*.log")

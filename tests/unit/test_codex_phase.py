@@ -11,7 +11,7 @@ from runner.context import JobContext
 from runner.errors import CodexNotFoundError, PhaseError
 from runner.jobroot import JobRoot
 from runner.phases.codex import codex, codex_argv
-from runner.settings import load_settings
+from runner.tasks.spec import load_settings
 from tests.conftest import FAKE_CODEX, agent_gone
 
 

@@ -14,7 +14,8 @@ import pytest
 from git import GitCommandError
 from structlog.testing import capture_logs
 
-from runner.extraction_cache import CacheEntryError, ExtractionCache, TreeStats, cache_key
+from runner.errors import CacheEntryError
+from runner.extraction_cache import ExtractionCache, TreeStats, cache_key
 from runner.jobroot import JobRoot
 from runner.phases.baseline import build_baseline
 from runner.trees import walk

@@ -8,19 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from runner.fleet.hostchecks import HostReport, check_host
 from runner.fleet.ledger import LedgerRow, TaskState, summary
-from runner.fleet.messages import MessageError, TaskMessage, TaskOptions, message_id, parse_message
-from runner.fleet.worker import WorkerState
-from runner.phases.precheck import Check
-from runner.fleet.hostchecks import HostReport, codex_login_check
-from tests.conftest import run_cli
+from runner.fleet.state import WorkerState
+from runner.phases.precheck import Check, codex_login
+from runner.tasks.protocol import MessageError, message_id, parse_message
+from runner.tasks.spec import HostSettings
+from tests.conftest import FAKE_CODEX, run_cli
 
-OPTIONS = {"codex_timeout": 10, "eval_timeout": 10, "eval_network": "bridge", "source_dir": "/app",
-           "apply_cmd": "true", "test_cmd": "true"}
+SPEC = {"tag": "t_a", "codex_timeout": 10, "eval_timeout": 10, "eval_network": "bridge", "source_dir": "/app",
+        "apply_cmd": "true", "test_cmd": "true"}
 
 
 def _payload(**change: object) -> dict:
-    return {"suite": "s1", "tag": "t_a", "attempt": 1, "prompt": "fix it", "options": OPTIONS, **change}
+    return {"suite": "s1", "attempt": 1, "prompt": "fix it", "spec": SPEC, **change}
 
 
 def test_a_good_message_parses_and_its_identity_is_suite_tag_and_attempt() -> None:
@@ -33,12 +34,14 @@ def test_a_good_message_parses_and_its_identity_is_suite_tag_and_attempt() -> No
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"tag": "t;rm -rf /"}, "tag"),
+        ({"spec": {**SPEC, "tag": "t;rm -rf /"}}, "spec.tag"),
         ({"suite": "s$(id)"}, "suite"),
         ({"suite": "a..b"}, "suite"),
         ({"prompt": "  \n"}, "prompt"),
         ({"attempt": 0}, "attempt"),
-        ({"options": {**OPTIONS, "codex_timeout": -1}}, "options.codex_timeout"),
+        ({"spec": {**SPEC, "codex_timeout": -1}}, "spec.codex_timeout"),
+        ({"spec": {**SPEC, "image": "img $(id)"}}, "spec.image"),
+        ({"spec": {**SPEC, "apply_cmd": "two\nlines"}}, "spec.apply_cmd"),
         ({"surprise": 1}, "surprise"),
     ],
 )
@@ -48,8 +51,9 @@ def test_a_malformed_message_names_the_field_and_never_echoes_the_value(change: 
     text = str(caught.value)
     assert text.startswith("malformed task message: ") and f"{field}:" in text
     for value in change.values():
-        if isinstance(value, str) and value.strip():
-            assert value not in text
+        for shown in (value.values() if isinstance(value, dict) else [value]):
+            if isinstance(shown, str) and shown.strip() and shown not in SPEC.values():
+                assert shown not in text
 
 
 def test_a_key_of_shell_characters_in_a_message_is_not_echoed_either() -> None:
@@ -97,12 +101,30 @@ def test_worker_state_is_what_a_view_reads() -> None:
     assert seen == ["task_finished"] and state.snapshot()["finished"] == {"done": 1}
 
 
-def test_the_codex_login_check_looks_for_a_stored_login_or_a_key_and_names_neither(tmp_path: Path) -> None:
-    assert codex_login_check({"CODEX_HOME": str(tmp_path)}).ok is False
-    assert codex_login_check({"CODEX_HOME": str(tmp_path), "OPENAI_API_KEY": "sk-secret"}).ok is True
-    (tmp_path / "auth.json").write_text("{}")
-    check = codex_login_check({"CODEX_HOME": str(tmp_path)})
-    assert check.ok is True and str(tmp_path) not in check.detail
+def _checks(report: HostReport) -> dict[str, Check]:
+    return {check.name: check for check in report.checks}
+
+
+def test_the_worker_checks_codex_and_its_login_as_the_precheck_does(tmp_path: Path, monkeypatch) -> None:
+    """One set of checks: a codex that says it is logged in (no auth.json in CODEX_HOME) is taken by
+    both; one that is not is refused by both, with the same message naming both ways to log in."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("CODEX_API_KEY", raising=False)
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    logged_in = _checks(check_host(tmp_path, HostSettings(codex_bin=str(FAKE_CODEX), codex_home=home), 0))
+    assert logged_in["codex_login"] == codex_login(str(FAKE_CODEX), home) and logged_in["codex_login"].ok
+    assert logged_in["codex_binary"].ok and logged_in["git_binary"].ok
+    refusing = tmp_path / "codex"
+    refusing.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'codex-cli 1.2.3' && exit 0\nexit 1\n")
+    refusing.chmod(0o755)
+    refused = _checks(check_host(tmp_path, HostSettings(codex_bin=str(refusing), codex_home=home), 0))["codex_login"]
+    assert refused == codex_login(str(refusing), home) and not refused.ok
+    assert "codex login" in refused.detail and "OPENAI_API_KEY" in refused.detail  # both ways are named
+    assert str(tmp_path) not in refused.detail
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    keyed = _checks(check_host(tmp_path, HostSettings(codex_bin=str(refusing), codex_home=home), 0))["codex_login"]
+    assert keyed.ok and "sk-secret-value" not in keyed.detail
 
 
 @pytest.mark.redis
@@ -123,6 +145,11 @@ def test_a_lease_has_one_holder_renewed_only_by_it_and_expires_when_it_dies(redi
     assert second.acquire() and not first.renew(), "a late renewal never steals the lease back"
     second.release()
     assert client.exists(key) == 0
+    # A broker back empty after a restart: the holder still running takes its lease back; nobody else can.
+    assert first.acquire()
+    client.delete(key)
+    assert first.renew() and first.current_holder() == "host-a" and not second.acquire()
+    first.release()
     client.close()
 
 
@@ -158,10 +185,30 @@ def test_submitting_a_suite_twice_queues_each_task_once(redis_namespace, tmp_pat
     client.close()
 
 
-def test_task_options_carry_every_task_setting() -> None:
-    from runner.settings import load_settings
+def test_dramatiqs_own_log_lines_name_a_message_by_its_id_never_its_prompt() -> None:
+    """Dramatiq logs a failed message as ``run_task({...})``, the prompt included; the worker's filter
+    on the root's handlers turns every message argument into its id."""
+    import io
+    import logging
 
-    options = TaskOptions.from_settings(load_settings(), None)
-    task = TaskMessage(suite="s", tag="t", attempt=2, prompt="p", options=options)
-    assert set(task.settings_overrides()) == {"tag", "image", "allow_pull", "codex_timeout", "eval_timeout",
-                                              "eval_network", "source_dir", "apply_cmd", "test_cmd"}
+    from dramatiq import Message
+    from dramatiq.broker import MessageProxy
+
+    from runner.fleet.broker import quiet_dramatiq_messages
+
+    sink = io.StringIO()
+    handler = logging.StreamHandler(sink)
+    logging.root.addHandler(handler)
+    try:
+        quiet_dramatiq_messages()
+        message = Message(queue_name="runner", actor_name="run_task", kwargs={}, options={},
+                          args=({**_payload(), "prompt": "SECRET-PROMPT-TEXT fix it"},), message_id="m-123")
+        logger = logging.getLogger("dramatiq.worker.WorkerThread")
+        logger.error("Failed to process message %s with unhandled exception.", MessageProxy(message))
+        logger.warning("Message %s was skipped.", message)
+        logger.warning("Retrying message %r in %d milliseconds.", message.message_id, 15)
+    finally:
+        logging.root.removeHandler(handler)
+    text = sink.getvalue()
+    assert "SECRET-PROMPT-TEXT" not in text and "fix it" not in text
+    assert text.count("message m-123") == 2 and "'m-123' in 15 milliseconds" in text

@@ -48,6 +48,7 @@ def test_a_planted_secret_value_is_refused() -> None:
     assert secrets == ["sk-planted-123456"]
     error = _refused({**SAFE, "trials": [{"exception_type": "x sk-planted-123456"}]}, private_texts=secrets)
     assert error.key_path == "trials[0].exception_type"
+    assert error.rule.startswith("private host text")
     assert "sk-planted" not in str(error)
 
 
@@ -58,6 +59,7 @@ def test_a_planted_secret_value_is_refused() -> None:
 def test_a_planted_absolute_path_is_refused(value: str) -> None:
     error = _refused({**SAFE, "where": value})
     assert error.key_path == "where"
+    assert error.rule == "absolute host path"
 
 
 def test_the_job_root_itself_is_refused_even_when_relative_looking() -> None:
@@ -66,11 +68,14 @@ def test_the_job_root_itself_is_refused_even_when_relative_looking() -> None:
 
 
 @pytest.mark.parametrize(
-    "value",
-    ["diff --git a/x b/x", "line one\nline two", "@@ -1,2 +1,2 @@", "x" * 600, "Traceback (most recent call last)"],
+    ("value", "rule"),
+    [("diff --git a/x b/x", "raw patch or log content"), ("@@ -1,2 +1,2 @@", "raw patch or log content"),
+     ("Traceback (most recent call last)", "raw patch or log content"),
+     ("line one\nline two", "raw content (strings must be one line"), ("x" * 600, "raw content (strings must be one line")],
 )
-def test_raw_patch_or_log_content_is_refused(value: str) -> None:
-    _refused({**SAFE, "summary": value})
+def test_raw_patch_or_log_content_is_refused(value: str, rule: str) -> None:
+    error = _refused({**SAFE, "summary": value})
+    assert error.key_path == "summary" and error.rule.startswith(rule)  # refused by this rule, not another
 
 
 def test_keys_are_checked_too() -> None:
@@ -79,4 +84,5 @@ def test_keys_are_checked_too() -> None:
 
 
 def test_values_of_other_types_are_refused() -> None:
-    _refused({**SAFE, "blob": b"bytes"})
+    error = _refused({**SAFE, "blob": b"bytes"})
+    assert error.key_path == "blob" and "type" in error.rule

@@ -36,7 +36,7 @@ def test_attempts_are_rows_of_their_own_with_pass_at_k_per_tag(tmp_path: Path) -
     assert tasks["t_b"]["pass_at"] == {"1": 0.0}
     assert document["suite"] == {"tags": 2, "attempts": 6, "mean_pass_at": {"1": 0.375, "2": 1.0, "3": 1.0}}
     reloaded = RunLedger(tmp_path, private_texts=[])
-    assert reloaded.completed("t_a", 2) and not reloaded.completed("t_a", 9)
+    assert reloaded.evaluated("t_a", 2) and not reloaded.evaluated("t_a", 9)
     assert reloaded.rows[row_key("t_a", 5)].state == "failed"
     markdown = (tmp_path / "run-ledger.md").read_text()
     assert "| t_a #5 | failed |" in markdown and "| t_a | 5 | 4 | 3 | 0.750 | 1.000 | 1.000 |" in markdown

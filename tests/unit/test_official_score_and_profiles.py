@@ -11,9 +11,9 @@ import pytest
 from reducers.compact import reduce_markers
 from runner.audit import AuditLedger, AuditRow, EvalFacts, read_audit_labels
 from runner.batch import BatchSummary
-from runner.task import host_settings, task_settings, task_spec
 from runner.profiles import DEFECTS, list_tags, profile_for, profile_table
-from runner.settings import DEFAULT_APPLY_CMD, load_settings
+from runner.settings import DEFAULT_APPLY_CMD
+from runner.tasks.spec import load_settings, read_operator, resolve
 from runner.verdict import SUCCESS_STRINGS, official_verdict
 from tests.conftest import run_cli
 from tests.unit.test_reducers import _marker, _run_until
@@ -140,15 +140,15 @@ def test_a_profile_fills_only_what_the_operator_did_not_give(monkeypatch: pytest
 
 
 def test_a_batch_passes_only_the_operators_settings_so_each_task_gets_its_profile(tmp_path: Path) -> None:
-    settings = load_settings(eval_timeout=9, allow_unscorable=True)
-    spec = task_spec(settings, "agixt_1369", tmp_path / "agixt_1369")
+    operator = read_operator({"eval_timeout": 9, "allow_unscorable": True}, environ={})
+    spec = operator.spec.for_tag("agixt_1369")
     assert spec.eval_timeout == 9.0 and spec.allow_unscorable is True
     assert (spec.eval_network, spec.apply_cmd, spec.test_cmd, spec.source_dir) == (None, None, None, None)
-    task = task_settings(spec, host_settings(settings))
+    task = resolve(spec, operator.host)
     profiled = load_settings(tag="agixt_1369")
     assert "eval_network" in profiled.profile_fields  # the tag's own profile fills what the operator left
     assert (task.eval_network, task.apply_cmd, task.eval_timeout) == (profiled.eval_network, profiled.apply_cmd, 9.0)
-    assert task_spec(load_settings(eval_network="none"), "t", tmp_path).eval_network.value == "none"
+    assert read_operator({"eval_network": "none"}, environ={}).spec.for_tag("t").eval_network.value == "none"
 
 
 def test_list_tags_shows_every_profile() -> None:
@@ -185,7 +185,7 @@ def test_the_audit_ledger_is_public_safe_json_and_markdown(tmp_path: Path) -> No
 
 def test_a_suites_summary_gives_the_resolved_rate_over_valid_tags() -> None:
     summary = BatchSummary(
-        tags=4, skipped_completed=0, ran=4, resolved=2, failures_by_label={}, states={"completed": 4},
+        tags=4, skipped_completed=0, ran=4, resolved=2, failures_by_label={}, states={"done": 4},
         wall_seconds=1.0, phase_seconds={}, interrupted=False,
         audit_labels={"a": "valid", "b": "valid", "c": "gold_fails"},
         resolved_tags=("a", "c"), ran_tags=("a", "b", "c", "d"),

@@ -6,7 +6,7 @@ from math import prod
 
 import pytest
 
-from reducers.passk import is_infra_failure, mean_pass_at_k, pass_at_k
+from reducers.passk import infra_label, mean_pass_at_k, pass_at_k
 
 
 def _chen_numerically_stable(n: int, c: int, k: int) -> float:
@@ -59,21 +59,22 @@ def test_mean_pass_at_k_skips_tasks_with_fewer_attempts() -> None:
 
 
 @pytest.mark.parametrize(
-    ("state", "label", "infra"),
+    ("label", "infra"),
     [
-        ("bad_environment", None, True),
-        ("interrupted", None, True),
-        ("failed", "failed_extract_docker_error", True),
-        ("failed", "failed_precheck_codex_not_found", True),
-        ("failed", "failed_codex_os_error", True),
-        ("failed", "failed_evaluate_internal_error", True),
-        ("failed", "failed_codex_codex_timeout", False),
-        ("failed", "failed_patch_empty_patch", False),
-        ("failed", "failed_codex_codex_wrote_runner_files", False),
-        ("completed", "unresolved_eval_timeout", False),
-        ("completed", "resolved_single_tag_eval", False),
-        ("bad_input", None, False),
+        ("failed_extract_docker_error", True),
+        ("failed_extract_unsafe_archive_entry", True),  # the image's tree, not the agent
+        ("failed_precheck_codex_not_found", True),
+        ("failed_codex_os_error", True),
+        ("failed_evaluate_internal_error", True),
+        ("failed_patch_missing_input", True),
+        ("failed_codex_codex_model_error", True),  # the provider's, as the compact run's infra_failure says
+        ("failed_codex_codex_timeout", False),
+        ("failed_patch_empty_patch", False),
+        ("failed_codex_codex_wrote_runner_files", False),
+        ("unresolved_eval_timeout", False),
+        ("resolved_single_tag_eval", False),
+        (None, False),
     ],
 )
-def test_infra_failures_are_the_host_and_the_runner_never_the_agent(state: str, label: str | None, infra: bool) -> None:
-    assert is_infra_failure(state, label) is infra
+def test_infra_failures_are_the_host_and_the_runner_never_the_agent(label: str | None, infra: bool) -> None:
+    assert infra_label(label) is infra

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import BadInputError
-from runner.settings import load_settings
+from runner.tasks.spec import load_settings
 from tests.conftest import FAKE_CODEX, run_cli
 
 

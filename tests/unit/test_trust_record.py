@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from reducers.models import EvaluateResult, Phase, PrepareResult
-from runner.containment import agent_process, pid_namespaces_available
+from runner.containment.agent import agent_process, pid_namespaces_available
 from runner.jobroot import JOB_ID_FILE, JobRoot
 from runner.journal import Journal, PhaseClock, write_marker
-from runner.tamper import RunnerFilesSnapshot, TamperCheckError
+from runner.containment.runner_files import RunnerFilesSnapshot
+from runner.errors import TamperCheckError
 from runner.trees import remove_tree, walk
 from tests.conftest import agent_gone, remove_deep_chain
 

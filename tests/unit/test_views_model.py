@@ -31,7 +31,8 @@ def test_rows_from_a_batch_carry_state_verdict_label_durations_and_tokens(batch_
     assert ok.phase_seconds["codex"] == 95.0 and ok.tokens == {"input": 41000, "cached_input": 30000, "output": 2300}
     assert by_tag["t1_unresolved"].failure_label == "unresolved_single_tag_eval_compact_result"
     agent = by_tag["t2_agent_failure"]
-    assert (agent.state, agent.phase.value, agent.infra_failure) == (TaskState.FAILED, "codex", False)
+    # the agent's failure is scored, as every ledger scores it (reducers.outcome): done, unresolved
+    assert (agent.state, agent.phase.value, agent.infra_failure, agent.resolved) == (TaskState.DONE, "codex", False, False)
     infra = by_tag["t3_infra_failure"]
     assert (infra.failure_label, infra.infra_failure) == ("failed_extract_docker_error", True)
     assert by_tag["t4_bad_environment"].failure_label == "bad_environment"
@@ -47,7 +48,7 @@ def test_rates_with_and_without_infrastructure_failures(batch_rows: list[TaskRow
     assert summary.tasks == 8 and summary.finished == 5 and summary.resolved == 1 and summary.infra_failures == 2
     assert summary.resolved_rate == pytest.approx(1 / 5)
     assert summary.resolved_rate_excluding_infra == pytest.approx(1 / 3)
-    assert summary.by_state == {"queued": 1, "running": 1, "done": 2, "failed": 3, "cancelled": 1, "unreadable": 0}
+    assert summary.by_state == {"queued": 1, "running": 1, "done": 3, "failed": 2, "cancelled": 1, "unreadable": 0}
     assert summary.pass_at == {1: pytest.approx(1 / 3)}  # three tags scored, one resolved
     assert summary.tokens == {"input": 123000, "cached_input": 90000, "output": 6900}
     assert dict(summary.failure_labels)["failed_extract_docker_error"] == 1

@@ -1,6 +1,6 @@
 """One task in a process of its own: ``python -m runner task --message-fd N``, started by the supervisor.
 
-It reads its ``TaskRequest`` (``runner.supervisor``) as JSON on stdin, runs the pipeline
+It reads its ``TaskRequest`` (``runner.tasks.protocol``) as JSON on stdin, runs the pipeline
 on it and writes each phase it starts, then its outcome, as JSON lines to file
 descriptor N. Its stderr is the task's log. SIGTERM and SIGINT take the Ctrl-C path.
 """
@@ -15,15 +15,16 @@ from typing import IO
 import structlog
 from pydantic import ValidationError
 
-from runner import early_signals
-from runner.errors import REFUSALS, BadInputError, ExitCode, exit_code_of
+from runner.containment import signals
+from runner.containment.parent_death import follow_batch_parent
+from runner.containment.standard_streams import guard_standard_streams
+from runner.entry import refused
+from runner.errors import REFUSALS, BadInputError, ExitCode
 from runner.jobroot import written_run
-from runner.lifeline import follow_batch_parent
 from runner.logs import configure_logging
 from runner.pipeline import execute
-from runner.streams import guard_standard_streams
-from runner.supervisor import PhaseStarted, TaskOutcome, TaskRequest
-from runner.task import task_settings
+from runner.tasks.protocol import PhaseStarted, TaskOutcome, TaskRequest
+from runner.tasks.spec import resolve
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +45,13 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
     Raises:
         BadInputError, EnvironmentNotReadyError, JobRootUnwritableError: as ``pipeline.execute``.
     """
-    settings = task_settings(request.spec, request.host)
+    settings = resolve(request.spec, request.host, job_root=request.job_root)
+    # In the task's own (private) log: what this task runs with, whichever driver handed it over.
+    log.info("task_settings_resolved", tag=settings.tag, image=settings.resolved_image, source_dir=settings.source_dir,
+             apply_cmd=settings.apply_cmd, test_cmd=settings.test_cmd, eval_network=settings.eval_network.value,
+             eval_timeout=settings.eval_timeout, codex_timeout=settings.codex_timeout, model=settings.model,
+             codex_profile=settings.codex_profile, codex_config=list(settings.codex_config),
+             patch_exclude=list(settings.patch_exclude), from_profile=list(settings.profile_fields))
     result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))
     return TaskOutcome(exit_code=result.exit_code, message=result.message, reduced=result.reduced,
                        run=written_run(settings.job_root))
@@ -53,7 +60,7 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
 def main(argv: list[str]) -> int:
     guard_standard_streams()
     configure_logging()
-    early_signals.interrupt_from_now_on()
+    signals.interrupt_from_now_on()
     follow_batch_parent()
     channel = _channel(argv)
 
@@ -64,17 +71,15 @@ def main(argv: list[str]) -> int:
             pass  # the supervisor is gone; the lifeline ends this task
 
     try:
-        if early_signals.pending() is not None:
-            early_signals.raise_interrupt(early_signals.pending() or 0, None)
+        if signals.pending() is not None:
+            signals.raise_interrupt(signals.pending() or 0, None)
         try:
             request = TaskRequest.model_validate_json(sys.stdin.buffer.read())
         except ValidationError as e:
             raise BadInputError(f"the task request is not valid ({e.error_count()} problem(s))") from e
         outcome = run(request, send)
     except REFUSALS as e:
-        log.error("runner_refused", reason=e.reason, exit_code=int(exit_code_of(e)))
-        print(f"runner: {e}", file=sys.stderr)
-        outcome = TaskOutcome(exit_code=int(exit_code_of(e)), message=str(e))
+        outcome = TaskOutcome(exit_code=refused("runner", e), message=str(e))
     except KeyboardInterrupt:
         print("runner: interrupted; run the same command again to resume", file=sys.stderr)
         outcome = TaskOutcome(exit_code=int(ExitCode.INTERRUPTED), message="interrupted")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from runner.atomic import write_bytes_atomic
-from runner.errors import PhaseError
+from runner.errors import TamperCheckError
 from runner.jobroot import AGENT_HOME, BASELINE_GIT_DIR, BUGGY_SOURCE, LAST_MESSAGE
 from runner.trees import remove_tree, walk
 
@@ -40,18 +40,6 @@ def _runner_files(root: Path, skip: frozenset[str]) -> list[Path]:
         for relative, entry in walk(root, prune=_not_snapshotted)
         if relative not in skip and not entry.is_dir(follow_symlinks=False)
     ]
-
-
-class TamperCheckError(PhaseError):
-    """The check itself failed: what the agent did cannot be verified, so the attempt is not trusted."""
-
-    def __init__(self, step: str, error: BaseException) -> None:
-        super().__init__(
-            "codex",
-            "tamper_check_failed",
-            f"the runner's files could not be verified {step} codex ({type(error).__name__}); "
-            "the attempt is not trusted",
-        )
 
 
 @dataclass

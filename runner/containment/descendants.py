@@ -14,7 +14,7 @@ import ctypes
 import os
 import signal
 
-from runner.owner import stat_fields
+from runner.containment.run_owner import stat_fields
 
 _PR_SET_CHILD_SUBREAPER = 36
 

@@ -12,7 +12,7 @@ Invariants:
 - with ``agent_user`` the agent runs as that unprivileged user (``setpriv``), so
   it cannot write any file of the job root that it does not own.
 Where ``unshare`` cannot make a PID namespace (no privilege), the runner falls
-back to its subreaper (``runner.reaper``) and says so in the log.
+back to its subreaper (``runner.containment.descendants``) and says so in the log.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from typing import Any
 
 import structlog
 
-from runner.owner import _ZOMBIE, _start_ticks
+from runner.containment.run_owner import _ZOMBIE, _start_ticks
+from runner.errors import AgentNotContainedError, BadInputError
 
 log = structlog.get_logger(__name__)
 
@@ -137,7 +138,6 @@ def resolve_agent_user(name: str | None) -> AgentUser | None:
         return None
     import pwd
 
-    from runner.errors import BadInputError
 
     try:
         entry = pwd.getpwnam(name)
@@ -164,10 +164,6 @@ class _NoJournal:
 
     def agent_starting(self, run_id: str) -> None: ...
     def agent_contained(self, record: dict[str, Any]) -> None: ...
-
-
-class AgentNotContainedError(Exception):
-    pass
 
 
 @contextmanager

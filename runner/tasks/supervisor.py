@@ -1,7 +1,7 @@
 """The supervisor: every task runs in a process of its own, started and watched from here.
 
 The batch, ``--attempts`` and the fleet worker are thin users of ``run_task``. A task
-process (``python -m runner task``, ``runner.task_process``) reads its ``TaskRequest``
+process (``python -m runner task``, ``runner.tasks.process``) reads its ``TaskRequest``
 as JSON on stdin and reports each phase it starts and its final outcome as JSON lines
 on a pipe of its own (never its log, never stdout, which a grandchild could share).
 
@@ -9,7 +9,7 @@ Invariants:
 - the task process owns every process below it (the reaper's rule): one task each;
 - its stderr is the log file itself, not a pipe through the supervisor: each line lands
   as it is written, and the supervisor dying (even by -9) cannot break it; the task
-  ends with its supervisor (``runner/lifeline.py``);
+  ends with its supervisor (``runner/containment/parent_death.py``);
 - cancelling is SIGTERM, which the task turns into the very path Ctrl-C takes
   (containers removed, marker ``interrupted``, public files written).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -25,55 +26,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from signal import SIGTERM
-from typing import Annotated, Literal, Protocol, Union
+from typing import Protocol
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from reducers.compact import BenchmarkRun
-from reducers.models import Phase, ReduceResult
-from runner.errors import ExitCode
-from runner.lifeline import BATCH_PARENT_ENV
+from runner.containment.parent_death import BATCH_PARENT_ENV
 from runner.lock import LOCK_NAME
 from runner.settings import TASK_ENV
-from runner.task import HostSettings, TaskSpec
+from runner.tasks.protocol import PhaseStarted, TaskEvent, TaskOutcome, TaskRequest
 
 log = structlog.get_logger(__name__)
 
 # A task of an earlier batch that died may still be cleaning up (it got SIGTERM with its batch):
 # its job root's lock is waited for this long before the task is started anyway (and refused).
 STALE_LOCK_WAIT = 60.0
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TaskRequest(_Frozen):
-    """What a task process reads on stdin."""
-
-    spec: TaskSpec
-    host: HostSettings
-
-
-class PhaseStarted(_Frozen):
-    kind: Literal["phase"] = "phase"
-    phase: Phase
-
-
-class TaskOutcome(_Frozen):
-    """The task process's last message: its exit code and, when it got that far, its result."""
-
-    kind: Literal["outcome"] = "outcome"
-    exit_code: ExitCode  # as the CLI would exit for this task
-    message: str | None = None  # public-safe: why it was refused or interrupted
-    reduced: ReduceResult | None = None
-    run: BenchmarkRun | None = None  # benchmark_run.compact.json as the task wrote it
-
-
-TaskEvent = TypeAdapter(Annotated[Union[PhaseStarted, TaskOutcome], Field(discriminator="kind")])
 
 
 @dataclass(frozen=True)
@@ -141,11 +111,17 @@ def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> No
 
 
 def _start(log_path: Path, message_fd: int) -> subprocess.Popen:
-    with log_path.open("wb") as sink:
+    # Appended, never truncated: a task run again (a resume, a resubmission, a retry) keeps the
+    # earlier runs' lines, each run after a separator line of its own.
+    with log_path.open("ab") as sink:
+        separator = {"event": "task_process_started", "level": "info",
+                     "timestamp": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
+        sink.write(json.dumps(separator).encode() + b"\n")
+        sink.flush()
         return subprocess.Popen(
             [sys.executable, "-m", "runner", "task", f"--message-fd={message_fd}"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sink, pass_fds=(message_fd,),
-            # Named, the supervisor's pid lets the task end with it (runner/lifeline.py).
+            # Named, the supervisor's pid lets the task end with it (runner/containment/parent_death.py).
             env={**task_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
             start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only; it passes one SIGTERM on
         )
@@ -160,16 +136,14 @@ def _hand_over(child: subprocess.Popen, request: TaskRequest) -> None:
 
 
 def run_task(
-    spec: TaskSpec,
-    host: HostSettings,
+    request: TaskRequest,
     log_path: Path,
     children: ChildRegistry,
     on_phase: Callable[[str], None] = lambda _phase: None,
 ) -> TaskEnd:
     """Run one task in a process of its own until it ends; ``on_phase`` hears each phase it starts."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    _wait_for_stale_lock(spec.job_root)
-    request = TaskRequest(spec=spec, host=host)
+    _wait_for_stale_lock(request.job_root)
     read_fd, write_fd = os.pipe()
     try:
         child = _start(log_path, write_fd)

@@ -1,0 +1,78 @@
+"""``python -m runner report``: a batch's or a fleet suite's report, written to one file.
+
+The command sits above both sources: the rows of a local batch come from
+``runner.views.sources``, a suite's from the fleet's ledger (``runner.fleet.views``);
+``runner.views.report`` renders either, and knows neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from runner.atomic import write_bytes_atomic
+from runner.containment import signals
+from runner.entry import RunnerArgumentParser, answer
+from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
+from runner.logs import configure_logging
+from runner.tasks.spec import ensure_dir
+from runner.views.model import TaskRow
+from runner.views.public import view_private_texts
+from runner.views.report import build_report
+from runner.views.sources import rows_from_jobs_dir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = RunnerArgumentParser(
+        prog="python -m runner report",
+        description="A suite's report: one self-contained HTML file with charts (or the same numbers as Markdown).",
+    )
+    parser.add_argument("--jobs-dir", type=Path, help="a local batch: DIR/run-ledger.json and its journal")
+    parser.add_argument("--suite", help="a daemon suite's name (with --broker)")
+    parser.add_argument("--broker", help="the daemon's broker URL, redis://HOST:PORT/DB (with --suite)")
+    parser.add_argument("--namespace", help="the fleet's key prefix (env RUNNER_FLEET_NAMESPACE)")
+    parser.add_argument("--out", type=Path, required=True, help="the file to write (report.html or report.md)")
+    parser.add_argument("--format", dest="output_format", choices=["html", "markdown"], default="html")
+    parser.add_argument("--title", help="the report's title (default: the suite's name, or 'local batch')")
+    return parser
+
+
+def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], list[str], str]:
+    if args.jobs_dir is not None:
+        if args.suite or args.broker:
+            raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
+        jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir")
+        return rows_from_jobs_dir(jobs_dir), [str(jobs_dir)], "local batch"
+    if not (args.suite and args.broker):
+        raise BadInputError("report needs --jobs-dir DIR, or both --suite NAME and --broker URL")
+    from runner.fleet.broker import DEFAULT_NAMESPACE
+    from runner.fleet.views import rows_from_broker
+    from runner.tasks.protocol import check_suite
+
+    namespace = args.namespace or os.environ.get("RUNNER_FLEET_NAMESPACE") or DEFAULT_NAMESPACE
+    return rows_from_broker(args.broker, check_suite(args.suite), namespace), [args.broker], f"suite {args.suite}"
+
+
+def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """Raises: BadInputError, BrokerUnavailableError, EnvironmentNotReadyError (``--out`` cannot be written)."""
+    if signals.pending() is not None:  # a signal while the runner started: python -m runner kept it until now
+        signals.raise_interrupt(signals.pending() or 0, None)
+    rows, private, default_title = _rows(args)
+    text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
+                        private_texts=view_private_texts(private))
+    try:
+        write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
+    except OSError as e:
+        raise EnvironmentNotReadyError(f"cannot write --out ({e.strerror or type(e).__name__})") from e
+    unreadable = sum(1 for row in rows if row.unreadable is not None)
+    return ({"mode": "report", "format": args.output_format, "tasks": len(rows), "unreadable": unreadable,
+             "out": args.out.name}, int(ExitCode.COMPLETED))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging()
+    signals.interrupt_from_now_on()  # SIGTERM and SIGINT end the report (exit 130), as every command
+    return answer("runner report", lambda: report(args), interrupted="interrupted; nothing was written")

@@ -1,0 +1,142 @@
+"""The messages of a task: what a task process is handed and says back, and the fleet's message.
+
+A task process reads one ``TaskRequest`` (JSON on stdin) and writes ``PhaseStarted``
+lines, then one ``TaskOutcome``, on a pipe of its own (``runner.tasks.supervisor``).
+A fleet's queue carries ``TaskMessage``: ``{suite, attempt, prompt, spec}``, where the
+spec is the very ``TaskSpec`` a single run or a batch hands its task, so a fleet task
+is run and scored exactly as they do; the worker adds only where it runs (its jobs dir)
+and its own host's settings.
+
+Invariants: a message is validated in full before any work (a bad one becomes a
+failed ledger row, never a crashed worker, and its values are never echoed); a fleet
+task's identity (``message_id``) is derived from (suite, tag, attempt), so a
+resubmission and a redelivery name the same task; the prompt travels in the message
+(the broker is trusted) and goes nowhere public.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator
+
+from reducers.compact import BenchmarkRun
+from reducers.models import Frozen, Phase, ReduceResult
+from runner.errors import ExitCode, MessageError
+from runner.settings import HostPath
+from runner.tags import MAX_ATTEMPTS
+from runner.tasks.spec import HostSettings, TaskSpec
+
+# A suite name ends up in Redis keys and host paths: no shell, no spaces, no '..'.
+SAFE_SUITE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+MAX_PROMPT_BYTES = 1024 * 1024
+_SAFE_LOC = re.compile(r"[A-Za-z0-9_]{1,40}")  # a field name to show; anything else is not echoed
+_IDENTITY = uuid.UUID("5d1c3f3e-3a55-4d2e-9a57-6b0c1b7f3a21")
+
+
+# -- a task process ----------------------------------------------------------------------------
+
+
+class TaskRequest(Frozen):
+    """What a task process reads on stdin: the task, where it runs, and the host's settings."""
+
+    spec: TaskSpec
+    job_root: HostPath
+    attempt: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)  # i of .../attempt-<i>; None: a tag's only run
+    host: HostSettings
+
+
+class PhaseStarted(Frozen):
+    kind: Literal["phase"] = "phase"
+    phase: Phase
+
+
+class TaskOutcome(Frozen):
+    """The task process's last message: its exit code and, when it got that far, its result."""
+
+    kind: Literal["outcome"] = "outcome"
+    exit_code: ExitCode  # as the CLI would exit for this task
+    message: str | None = None  # public-safe: why it was refused or interrupted
+    reduced: ReduceResult | None = None
+    run: BenchmarkRun | None = None  # benchmark_run.compact.json as the task wrote it
+
+
+TaskEvent = TypeAdapter(Annotated[Union[PhaseStarted, TaskOutcome], Field(discriminator="kind")])
+
+
+# -- the fleet's message -----------------------------------------------------------------------
+
+
+def check_suite(suite: str) -> str:
+    """Raises: MessageError, for a name that cannot be a Redis key part and a directory."""
+    if not SAFE_SUITE.fullmatch(suite) or ".." in suite:
+        raise MessageError("suite name must be 1-64 letters, digits, '_', '.' or '-', starting with a letter, digit or '_'")
+    return suite
+
+
+def _suite(value: str) -> str:
+    if not SAFE_SUITE.fullmatch(value) or ".." in value:
+        raise ValueError("not a safe suite name")
+    return value
+
+
+def task_key(tag: str, attempt: int) -> str:
+    """The ledger field of one fleet task: ``<tag>/<attempt>``."""
+    return f"{tag}/{attempt}"
+
+
+def message_id(suite: str, tag: str, attempt: int) -> str:
+    return str(uuid.uuid5(_IDENTITY, f"{suite}/{task_key(tag, attempt)}"))
+
+
+class TaskMessage(Frozen):
+    """One fleet task: ``{suite, attempt, prompt, spec}``."""
+
+    suite: Annotated[str, AfterValidator(_suite)]
+    attempt: int = Field(ge=1, le=MAX_ATTEMPTS)
+    prompt: str = Field(min_length=1)
+    spec: TaskSpec
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_is_real(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the prompt is empty")
+        if len(value.encode()) > MAX_PROMPT_BYTES:
+            raise ValueError("the prompt is larger than 1 MiB")
+        return value
+
+    @property
+    def tag(self) -> str:
+        return self.spec.tag
+
+    @property
+    def key(self) -> str:
+        return task_key(self.tag, self.attempt)
+
+    @property
+    def message_id(self) -> str:
+        return message_id(self.suite, self.tag, self.attempt)
+
+    def request(self, job_root: Path, host: HostSettings) -> TaskRequest:
+        """The task as this worker runs it: its job root there, its own host's settings."""
+        return TaskRequest(spec=self.spec, job_root=job_root, attempt=self.attempt, host=host)
+
+
+def parse_message(payload: Any) -> TaskMessage:
+    """A queue payload to a task.
+
+    Raises:
+        MessageError: naming each bad field (never echoing its value, which may be anything).
+    """
+    try:
+        return TaskMessage.model_validate(payload)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            where = ".".join(str(part) if _SAFE_LOC.fullmatch(str(part)) else "<field>" for part in err["loc"])
+            problems.append(f"{where or 'message'}: {err['msg'].removeprefix('Value error, ')}")
+        raise MessageError("malformed task message: " + "; ".join(problems[:5])) from None
