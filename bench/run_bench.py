@@ -61,7 +61,7 @@ def child(mode: str, args: list[str]) -> None:
     from runner.context import JobContext
     from runner.jobroot import JobRoot
     from runner.logs import configure_logging
-    from runner.settings import load_settings
+    from runner.tasks.spec import load_settings
 
     configure_logging(json_lines=True, level=40)
     import_seconds = time.perf_counter() - started_import

@@ -202,6 +202,8 @@ class PatchResult(PhaseResult):
     sensitive_file_count: int = 0
     artifact_files_left_out: int = 0
     patch_max_bytes: int | None = None  # patch_too_large: the bound it crossed
+    file_max_bytes: int | None = None  # patch_too_large before any read: the per-file bound
+    files_over_limit: int | None = None  # how many changed files were past it
 
 
 class EvaluateResult(PhaseResult):

@@ -25,6 +25,8 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".pyre/", ".hypothesis/", ".tox/", ".nox/", ".eggs/", "*.egg-info/", ".coverage", ".coverage.*",
     "htmlcov/", ".ipynb_checkpoints/", "node_modules/", ".npm/", ".yarn-cache/", ".pnpm-store/",
     ".parcel-cache/", ".nyc_output/", ".DS_Store",
+    # GNU patch's leftovers when an agent applies a diff by hand: the rejected hunks and the backups
+    "*.rej", "*.orig",
 )
 _PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!/+@-]{1,200}")
 
@@ -66,7 +68,8 @@ def left_out_count(repo: Repo, baseline_commit: str, extra: Sequence[str] = ()) 
     paths: set[str] = set()
     for output in (
         repo.git.diff("--cached", "--name-only", "-z", "--no-renames", baseline_commit, "--", *only),
-        repo.git.diff("--name-only", "-z", "--no-renames", "--", *only),
+        # plumbing: stat data only, so a huge artefact the agent wrote over a tracked one is not read
+        repo.git.diff_files("--name-only", "-z", "--", *only),
         repo.git.ls_files("--others", "--exclude-standard", "-z", "--", *only),
     ):
         paths.update(name for name in output.split("\0") if name)

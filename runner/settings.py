@@ -199,7 +199,7 @@ CacheGigabytes = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)
 class RunnerSettings(Frozen):
     """One run's settings, resolved: the operator's, then the tag's profile, then the defaults.
 
-    Built by ``runner.tasks.spec.resolve`` (or ``load_settings``) only; every phase reads these.
+    Built by ``runner.tasks.spec.resolve`` (or its ``load_settings``) only; every phase reads these.
     """
 
     tag: Tag = DEFAULT_TAG
@@ -241,9 +241,3 @@ class RunnerSettings(Frozen):
     def profile(self) -> TagProfile | None:
         return profile_for(self.tag)
 
-
-def load_settings(**flags: object) -> RunnerSettings:
-    """``runner.tasks.spec.load_settings``, where it lives (kept here while older callers move)."""
-    from runner.tasks.spec import load_settings as load
-
-    return load(**flags)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from git import Repo
@@ -54,6 +56,10 @@ def _sensitive(path: str) -> bool:
 # What a patch may carry: a fix is kilobytes; an agent's stray gigabyte file must not be
 # exported, copied into the evaluation or held in memory. Past it the phase fails `patch_too_large`.
 PATCH_MAX_BYTES = 64 * 1024 * 1024
+# What git may read of any one changed file: `git add` and `git diff --binary` hold a file (and
+# its deflated, base85 form) whole, so a file past this is refused by its size, before git reads
+# it; the phase's peak (the runner and its git children) then stays well under 100 MB.
+FILE_MAX_BYTES = 8 * 1024 * 1024
 STREAM_CHUNK = 1024 * 1024
 _HEADER_PREFIX_BYTES = 8192  # of each line, enough for any header; content lines are never held
 _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13}
@@ -185,14 +191,63 @@ def _stream_diff(
     return digest.hexdigest(), size, counter.close()
 
 
+def _nul_separated(repo: Repo, *args: str) -> Iterator[bytes]:
+    """The paths a git listing prints with ``-z``, read as they come: an agent's million new files
+    are never one string in memory."""
+    process = repo.git.execute(["git", *args], as_process=True)
+    pending = b""
+    try:
+        for chunk in iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""):
+            *names, pending = (pending + chunk).split(b"\0")
+            yield from (name for name in names if name)
+        if pending:
+            yield pending
+        process.wait()
+    finally:
+        if process.proc is not None and process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait()
+        for pipe in (process.proc.stdout, process.proc.stderr) if process.proc is not None else ():
+            if pipe is not None:
+                pipe.close()
+
+
+def _refuse_large_files(repo: Repo, work_tree: Path, pathspecs: Sequence[str]) -> None:
+    """Every changed or new file git would read, by ``lstat`` alone: ``diff-files`` compares the
+    index's stat data and ``ls-files --others`` reads directories, so no content is read here.
+
+    Raises: PhaseError ``patch_too_large`` when a file is past FILE_MAX_BYTES.
+    """
+    over = 0
+    for listing in (("diff-files", "--name-only", "-z"), ("ls-files", "--others", "--exclude-standard", "-z")):
+        for name in _nul_separated(repo, *listing, "--", *pathspecs):
+            try:
+                status = os.lstat(work_tree / os.fsdecode(name))
+            except OSError:  # deleted, or gone since: nothing of it to read
+                continue
+            over += stat.S_ISREG(status.st_mode) and status.st_size > FILE_MAX_BYTES
+    if over:
+        raise PhaseError(
+            "patch", "patch_too_large",
+            f"{over} changed file(s) exceed {FILE_MAX_BYTES // (1024 * 1024)} MiB, the most a patch may carry "
+            "of one file; the agent left large files in the tree (left unread)",
+            details={"file_max_bytes": FILE_MAX_BYTES, "files_over_limit": over},
+        )
+
+
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     """Raises: PhaseError ``empty_patch`` when the tree equals the baseline, ``patch_too_large``."""
     repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
     extra = ctx.settings.patch_exclude
+    pathspecs = hygiene.excluding(extra)
+    # The index back at the baseline (a rerun finds what an earlier attempt of this phase staged);
+    # -m keeps the stat data of unchanged entries, so nothing unchanged is read again.
+    repo.git.read_tree("-m", baseline_commit)
+    _refuse_large_files(repo, ctx.job.buggy_source, pathspecs)
     # stage new files too; .gitignore and the hygiene list (runner/hygiene.py) decide what is left out
-    repo.git.add("--all", "--", *hygiene.excluding(extra))
+    repo.git.add("--all", "--", *pathspecs)
     left_out = hygiene.left_out_count(repo, baseline_commit, extra)
-    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch, hygiene.excluding(extra))
+    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch, pathspecs)
     if not size:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
     return PatchResult(patch_sha256=sha256, patch_bytes=size, artifact_files_left_out=left_out, **counts)

@@ -12,7 +12,7 @@ from runner.context import JobContext
 from runner.jobroot import JobRoot
 from runner.phases.baseline import baseline
 from runner.phases.patch import export_patch
-from runner.settings import load_settings
+from runner.tasks.spec import load_settings
 from runner.errors import BadInputError
 
 

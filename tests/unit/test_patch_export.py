@@ -14,7 +14,7 @@ from runner.errors import PhaseError
 from runner.jobroot import JobRoot
 from runner.phases.baseline import baseline
 from runner.phases.patch import export_patch
-from runner.settings import load_settings
+from runner.tasks.spec import load_settings
 from runner.gitops import init_baseline, open_baseline
 
 

@@ -12,8 +12,9 @@ from runner.context import JobContext
 from runner.errors import PhaseError
 from runner.jobroot import JobRoot
 from runner.phases.baseline import baseline
-from runner.phases.patch import PATCH_MAX_BYTES, export_patch
-from runner.settings import load_settings
+from runner.gitops import open_baseline
+from runner.phases.patch import FILE_MAX_BYTES, PATCH_MAX_BYTES, export_patch
+from runner.tasks.spec import load_settings
 from tests.conftest import REPO
 
 
@@ -40,7 +41,7 @@ def test_sensitive_files_with_names_git_quotes_are_counted(tmp_path: Path) -> No
 
 
 _MEASURE = """
-import resource, sys
+import os, resource, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from tests.unit.test_patch_limits import _ctx
@@ -49,37 +50,98 @@ from runner.phases.baseline import baseline
 from runner.phases.patch import export_patch
 ctx = _ctx(Path(sys.argv[1]))
 commit = baseline(ctx).baseline_commit
-with open(ctx.job.buggy_source / "blob.bin", "wb") as out:
-    for _ in range(int(sys.argv[3])):
-        out.write(__import__("os").urandom(1 << 20))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, end=" ")
+mode, megabytes = sys.argv[3], int(sys.argv[4])
+if mode == "sparse":  # one file of that size, no block written: the size alone must refuse it
+    with open(ctx.job.buggy_source / "blob.bin", "wb") as out:
+        out.truncate(megabytes << 20)
+else:  # incompressible files each under the per-file bound, together past the patch's
+    for i in range(megabytes // 7):
+        (ctx.job.buggy_source / f"part{i}.bin").write_bytes(os.urandom(7 << 20))
 try:
-    export_patch(ctx, commit)
+    result = export_patch(ctx, commit)
     print("exported", end=" ")
 except PhaseError as e:
-    print(e.reason, end=" ")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print(e.reason, e.details.get("files_over_limit", 0), end=" ")
+# The phase's peak: this process's own, and its git children's (a child's maximum starts at
+# this process's size when it forks, so it never reads below the truth).
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
 """
 
 
-def test_an_agents_huge_file_is_refused_without_holding_it_in_memory(tmp_path: Path) -> None:
-    """A 200 MB file: the patch phase fails ``patch_too_large``, the runner's peak RSS stays small."""
-    megabytes = 200
-    assert megabytes * 1024 * 1024 > PATCH_MAX_BYTES
+def _measure(tmp_path: Path, mode: str, megabytes: int) -> tuple[str, int, int]:
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(tmp_path), str(REPO), str(megabytes)],
+        [sys.executable, "-c", _MEASURE, str(tmp_path), str(REPO), mode, str(megabytes)],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    before_kib, outcome, peak_kib = done.stdout.split()
-    assert outcome == "patch_too_large"
-    # Measured against the process's own peak before the export (imports, baseline): the export
-    # may add far less than the 200 MB file (the old code added several times its size).
-    grown = int(peak_kib) - int(before_kib)
-    assert grown < 100 * 1024, f"the export added {grown // 1024} MiB to the runner's peak"
-    job = tmp_path / "job"
-    assert not (job / "Patches" / "demo_1" / "attempt.patch").exists()
-    assert not list((job / "Patches").rglob("*.tmp")) if (job / "Patches").exists() else True
+    outcome, over, peak_kib = done.stdout.split()
+    return outcome, int(over), int(peak_kib)
+
+
+def _nothing_written(tmp_path: Path) -> None:
+    patches = tmp_path / "job" / "Patches"
+    assert not (patches / "demo_1" / "attempt.patch").exists()
+    assert not (patches.exists() and list(patches.rglob("*.tmp")))
+
+
+def test_an_agents_1gb_file_is_refused_by_its_size_before_git_reads_it(tmp_path: Path) -> None:
+    """Issue 21, item 6: a 1 GB file took about 3 GB before ``patch_too_large``; now its size
+    refuses it, and the phase's peak (the runner and every git it ran) stays under 100 MB."""
+    assert 1024 << 20 > FILE_MAX_BYTES
+    outcome, over, peak_kib = _measure(tmp_path, "sparse", 1024)
+    assert (outcome, over) == ("patch_too_large", 1)
+    assert peak_kib < 100 * 1024, f"the patch phase peaked at {peak_kib // 1024} MiB"
+    _nothing_written(tmp_path)
+
+
+def test_files_each_under_the_bound_but_a_patch_past_it_stop_git_as_it_streams(tmp_path: Path) -> None:
+    outcome, over, peak_kib = _measure(tmp_path, "many", 70)  # 10 files of 7 MiB, random
+    assert 70 << 20 > PATCH_MAX_BYTES and 7 << 20 < FILE_MAX_BYTES
+    assert (outcome, over) == ("patch_too_large", 0)
+    assert peak_kib < 100 * 1024, f"the patch phase peaked at {peak_kib // 1024} MiB"
+    _nothing_written(tmp_path)
+
+
+def test_a_large_file_an_earlier_attempt_staged_is_still_refused(tmp_path: Path) -> None:
+    """A rerun of the phase finds the index as the earlier attempt left it: the size check must
+    see a file staged then (the index is put back at the baseline first)."""
+    ctx = _ctx(tmp_path)
+    commit = baseline(ctx).baseline_commit
+    big = ctx.job.buggy_source / "staged.bin"
+    with open(big, "wb") as out:
+        out.truncate(FILE_MAX_BYTES + 1)
+    repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
+    repo.git.add("--", "staged.bin")
+    with pytest.raises(PhaseError) as caught:
+        export_patch(ctx, commit)
+    assert caught.value.reason == "patch_too_large" and caught.value.details["files_over_limit"] == 1
+    big.unlink()  # once it is gone, the rerun exports the rest and the index holds no trace of it
+    (ctx.job.buggy_source / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    result = export_patch(ctx, commit)
+    assert result.changed_file_count == 1 and b"staged.bin" not in ctx.job.patch.read_bytes()
+
+
+def test_gnu_patch_leftovers_are_kept_out_of_the_patch_and_counted(tmp_path: Path) -> None:
+    """Issue 21, item 8: an agent that applies a diff with GNU ``patch`` leaves ``*.orig`` backups
+    and ``*.rej`` rejected hunks; the fix goes into the patch, they do not."""
+    ctx = _ctx(tmp_path)
+    commit = baseline(ctx).baseline_commit
+    source = ctx.job.buggy_source
+    (source / "pkg" / "other.py").write_text("A = 1\n")
+    hand_made = (
+        "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,2 +1,2 @@\n def f():\n-    return 1\n+    return 2\n"
+        "--- a/pkg/other.py\n+++ b/pkg/other.py\n@@ -1 +1 @@\n-A = 9\n+A = 10\n"  # does not apply
+    )
+    done = subprocess.run(["patch", "-p1", "--backup"], input=hand_made, text=True, cwd=source, capture_output=True)
+    assert done.returncode == 1, done.stdout  # one hunk rejected, as GNU patch says it
+    assert {p.name for p in source.rglob("*.rej")} == {"other.py.rej"}
+    assert {p.name for p in source.rglob("*.orig")} >= {"mod.py.orig"}
+    result = export_patch(ctx, commit)
+    text = ctx.job.patch.read_bytes()
+    assert b"+    return 2" in text and b".rej" not in text and b".orig" not in text
+    leftovers = len(list(source.rglob("*.rej"))) + len(list(source.rglob("*.orig")))
+    assert result.artifact_files_left_out == leftovers
 
 
 def test_a_patch_within_the_limit_is_hashed_as_written(tmp_path: Path) -> None:
