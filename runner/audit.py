@@ -65,7 +65,7 @@ from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for, publish
 from runner.logs import configure_logging
 from runner.settings import RunnerSettings
-from runner.tasks.spec import ensure_dir, read_operator, resolve
+from runner.tasks.spec import ensure_dir, settings_for_tags
 from runner.verdict import official_verdict
 
 log = structlog.get_logger(__name__)
@@ -367,13 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings_for(tags: list[str], args: argparse.Namespace) -> list[RunnerSettings]:
-    """Each tag's settings: the operator's flags (read once, as a batch reads them), then its own profile."""
-    operator = read_operator({
+    return settings_for_tags(tags, {
         "image": args.image, "allow_pull": args.allow_pull, "allow_unscorable": args.allow_unscorable,
         "eval_timeout": args.eval_timeout, "eval_network": args.eval_network, "source_dir": args.source_dir,
         "apply_cmd": args.apply_cmd, "test_cmd": args.test_cmd,
-    }, env_skipped=frozenset({"tag", "image"}))
-    return [resolve(operator.spec.for_tag(tag), operator.host) for tag in tags]
+    })
 
 
 def _audit_one(settings: RunnerSettings, client: docker.DockerClient, logs: Path) -> AuditRow:

@@ -46,6 +46,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("cancel", "runner.fleet.commands", "cancel_main", "drop a suite's queued tasks, interrupt its running ones"),
     Command("report", "runner.report_command", "main", "one offline HTML (or Markdown) report of a batch or a suite"),
     Command("audit", "runner.audit", "main", "the gold-patch audit: which tags a run can trust"),
+    Command("evaluate", "runner.score_patches", "main", "score patches made anywhere (DIR/<tag>/*.patch) by the official rule"),
     Command("task", "runner.tasks.process", "main", "a supervisor's child (not for operators)", hidden=True),
 )}
 
@@ -142,6 +143,23 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
         "default 20; 0 turns the cache off)",
     )
     group.add_argument("--agent-user", help="run the agent as this unprivileged user; needs root (env RUNNER_AGENT_USER)")
+
+
+def add_evaluation_flags(parser: argparse.ArgumentParser) -> None:
+    """How a tag's patches are evaluated, for the commands that evaluate without an agent (``evaluate``)."""
+    group = parser.add_argument_group("the evaluation (each tag's profile fills what is not given)")
+    group.add_argument("--image", help="task image (one tag only; default: the tag's profile's, else "
+                       "alfin06/agentissue-bench:<tag>)")
+    group.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
+    group.add_argument("--allow-unscorable", action="store_true", default=None,
+                       help="evaluate even a tag whose profile or image says it cannot be scored")
+    group.add_argument("--eval-timeout", type=float, metavar="SECONDS",
+                       help="apply+test deadline per patch (default: the profile's, else 300)")
+    group.add_argument("--eval-network", choices=["none", "bridge", "host"],
+                       help="evaluation network (default: the profile's, else bridge)")
+    group.add_argument("--source-dir", help="buggy source in the image")
+    group.add_argument("--apply-cmd", help="apply command in the container")
+    group.add_argument("--test-cmd", help="test command in the container")
 
 
 def task_flags(args: argparse.Namespace) -> dict[str, object]:

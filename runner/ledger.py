@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import from_json
@@ -45,6 +45,7 @@ LEDGER_JOURNAL = "run-ledger.journal.jsonl"
 COMPACT_FRACTION = 8  # rewrite the snapshot once the journal holds rows/8 entries
 COMPACT_SECONDS = 60.0
 SCHEMA = "benchmark_run_ledger_v1"
+RowT = TypeVar("RowT")
 # The states of a v0 row (how the task process ended), read and upgraded to the one TaskState.
 V0_STATES = frozenset({"completed", "failed", "bad_input", "bad_environment", "interrupted"})
 # Far above what the runner writes (a row is under 1 KB, a snapshot of 100,000 rows about 70 MB,
@@ -108,32 +109,56 @@ def _order(row: LedgerRow) -> tuple[str, int]:
     return (row.tag, row.attempt or 0)
 
 
-class RunLedger:
+class JournaledLedger(Generic[RowT]):
+    """A ledger of public rows, keyed by ``row.key``: a journal appended per upsert, a snapshot now and then.
+
+    The batch's ledger and the patch evaluation's (``runner.score_patches``) are the two kinds; each
+    names its files, its row model and how its document and Markdown are made.
+    """
+
+    json_name: ClassVar[str]
+    md_name: ClassVar[str]
+    journal_name: ClassVar[str]
+    schema: ClassVar[str]
+    row_type: ClassVar[type[Any]]
+
     def __init__(self, jobs_dir: Path, private_texts: list[str]) -> None:
         self.jobs_dir = jobs_dir
-        self.json_path = jobs_dir / LEDGER_JSON
-        self.md_path = jobs_dir / LEDGER_MD
-        self.journal_path = jobs_dir / LEDGER_JOURNAL
+        self.json_path = jobs_dir / self.json_name
+        self.md_path = jobs_dir / self.md_name
+        self.journal_path = jobs_dir / self.journal_name
         self._private = private_texts
-        self.rows: dict[str, LedgerRow] = self._load()
+        self.rows: dict[str, RowT] = self._load()
         self._journal_entries = self._replay()
         self._compacted_at = time.monotonic()
         self._compact_seconds = 0.0
 
-    def _load(self) -> dict[str, LedgerRow]:
+    def parse_row(self, data: Any) -> RowT:
+        return self.row_type.model_validate(data)
+
+    def public_row(self, row: RowT) -> dict[str, Any]:
+        return row.model_dump(mode="json")  # type: ignore[attr-defined]
+
+    def document(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def markdown(self, document: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def _load(self) -> dict[str, RowT]:
         if not os.path.lexists(self.json_path):
             return {}
         try:
             raw = read_bounded_json(self.json_path, root=self.jobs_dir, max_bytes=LEDGER_MAX_BYTES,
                                     max_depth=LEDGER_MAX_DEPTH)
-            rows = [LedgerRow.from_disk(row) for row in raw["rows"]]  # "tasks"/"suite" are derived
+            rows = [self.parse_row(row) for row in raw["rows"]]  # the summaries are derived
         except UnreadableFileError as e:
-            raise CompactInputError(LEDGER_JSON, "", f"unreadable ({e.unreadable.value}); move it aside") from e
+            raise CompactInputError(self.json_name, "", f"unreadable ({e.unreadable.value}); move it aside") from e
         except (KeyError, TypeError) as e:
-            raise CompactInputError(LEDGER_JSON, "rows", f"unreadable ({type(e).__name__}); move it aside") from e
+            raise CompactInputError(self.json_name, "rows", f"unreadable ({type(e).__name__}); move it aside") from e
         except ValidationError as e:
-            raise compact_input_error(LEDGER_JSON, e) from e
-        return {row.key: row for row in rows}
+            raise compact_input_error(self.json_name, e) from e
+        return {row.key: row for row in rows}  # type: ignore[attr-defined]
 
     def _replay(self) -> int:
         """Rows appended since the last snapshot; a torn line (a crash mid-append) or an overlong one is skipped.
@@ -150,25 +175,26 @@ class RunLedger:
                 if line.data is None:
                     continue  # an overlong line: skipped like a torn one
                 try:
-                    row = LedgerRow.from_disk(from_json(line.data))  # pydantic-core's parser: bounded depth
+                    row = self.parse_row(from_json(line.data))  # pydantic-core's parser: bounded depth
                 except ValueError:  # not JSON, or not a row (ValidationError is a ValueError)
                     continue
-                self.rows[row.key] = row
+                self.rows[row.key] = row  # type: ignore[attr-defined]
                 entries += 1
         except UnreadableFileError as e:
-            raise CompactInputError(LEDGER_JOURNAL, "", f"unreadable ({e.unreadable.value}); move it aside") from e
+            raise CompactInputError(self.journal_name, "", f"unreadable ({e.unreadable.value}); move it aside") from e
         return entries
 
-    def upsert(self, row: LedgerRow) -> None:
+    def upsert(self, row: RowT) -> None:
         """Append the row (guarded) to the journal; rewrite the snapshot now and then."""
-        check_public(LEDGER_JSON, {"schema_version": SCHEMA, "rows": [row.public()]}, private_texts=self._private)
+        check_public(self.json_name, {"schema_version": self.schema, "rows": [self.public_row(row)]},
+                     private_texts=self._private)
         fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, row.model_dump_json().encode() + b"\n")
+            os.write(fd, row.model_dump_json().encode() + b"\n")  # type: ignore[attr-defined]
             os.fsync(fd)
         finally:
             os.close(fd)
-        self.rows[row.key] = row
+        self.rows[row.key] = row  # type: ignore[attr-defined]
         self._journal_entries += 1
         due = self._journal_entries >= max(1, len(self.rows) // COMPACT_FRACTION)
         # By time too, so the snapshot never lags for long; but never more than 1/20 of the wall
@@ -187,11 +213,25 @@ class RunLedger:
         started = time.monotonic()
         document = self.document()
         publish(self.json_path, document, private_texts=self._private)
-        write_bytes_atomic(self.md_path, render_markdown(document).encode())
+        write_bytes_atomic(self.md_path, self.markdown(document).encode())
         self.journal_path.unlink(missing_ok=True)  # a crash before this: replaying it again is harmless
         self._journal_entries = 0
         self._compacted_at = time.monotonic()
         self._compact_seconds = self._compacted_at - started
+
+
+class RunLedger(JournaledLedger[LedgerRow]):
+    json_name, md_name, journal_name, schema = LEDGER_JSON, LEDGER_MD, LEDGER_JOURNAL, SCHEMA
+    row_type = LedgerRow
+
+    def parse_row(self, data: Any) -> LedgerRow:
+        return LedgerRow.from_disk(data)
+
+    def public_row(self, row: LedgerRow) -> dict[str, Any]:
+        return row.public()
+
+    def markdown(self, document: dict[str, Any]) -> str:
+        return render_markdown(document)
 
     def evaluated(self, tag: str, attempt: int | None) -> bool:
         row = self.rows.get(row_key(tag, attempt))

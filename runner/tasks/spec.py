@@ -197,6 +197,18 @@ def resolve(
     return build_model(RunnerSettings, values, {})
 
 
+def settings_for_tags(tags: list[str], flags: Mapping[str, object]) -> list[RunnerSettings]:
+    """Each tag's settings: the operator's flags (read once, as a batch reads them), then the tag's own profile.
+
+    For the commands that evaluate many tags in containers of their images (the audit, ``evaluate``).
+
+    Raises:
+        BadInputError: a flag or variable is wrong (named as typed).
+    """
+    operator = read_operator(flags, env_skipped=frozenset({"tag", "image"}))
+    return [resolve(operator.spec.for_tag(tag), operator.host) for tag in tags]
+
+
 def load_settings(**flags: object) -> RunnerSettings:
     """The settings of one call from its flags (``None``: not given) over the environment.
 
