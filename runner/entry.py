@@ -44,7 +44,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("submit", "runner.fleet.commands", "submit_main", "put a suite (tags x attempts) on the fleet's queue"),
     Command("status", "runner.fleet.commands", "status_main", "a fleet suite's ledger across every host"),
     Command("cancel", "runner.fleet.commands", "cancel_main", "drop a suite's queued tasks, interrupt its running ones"),
-    Command("report", "runner.report_command", "main", "one offline HTML (or Markdown) report of a batch or a suite"),
+    Command("report", "runner.report_command", "main", "an offline HTML (or Markdown) report: a batch, a suite, an evaluation"),
     Command("audit", "runner.audit", "main", "the gold-patch audit: which tags a run can trust"),
     Command("evaluate", "runner.score_patches", "main", "score patches made anywhere (DIR/<tag>/*.patch) by the official rule"),
     Command("task", "runner.tasks.process", "main", "a supervisor's child (not for operators)", hidden=True),

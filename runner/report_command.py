@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", help="the fleet's key prefix (env RUNNER_FLEET_NAMESPACE)")
     parser.add_argument("--out", type=Path, required=True, help="the file to write (report.html or report.md)")
     parser.add_argument("--format", dest="output_format", choices=["html", "markdown"], default="html")
-    parser.add_argument("--title", help="the report's title (default: the suite's name, or 'local batch')")
+    parser.add_argument("--title", help="the report's title (default: the suite's name, 'local batch' or "
+                        "'patch evaluation')")
+    parser.add_argument("--ledger", choices=["auto", "runs", "eval"], default="auto",
+                        help="with --jobs-dir: the batch's run ledger or evaluate's eval-ledger (auto: the one "
+                        "the directory holds)")
     return parser
+
+
+def _holds(jobs_dir: Path, names: tuple[str, ...]) -> bool:
+    return any(os.path.lexists(jobs_dir / name) for name in names)
+
+
+def _ledger_kind(args: argparse.Namespace, jobs_dir: Path) -> str:
+    """Which ledger ``--jobs-dir`` means: a batch's, or an ``evaluate`` call's (``--ledger`` when it holds both)."""
+    from runner.ledger import LEDGER_JOURNAL, LEDGER_JSON
+    from runner.score_patches import EVAL_JOURNAL, EVAL_JSON
+
+    if args.ledger != "auto":
+        return args.ledger
+    runs, evals = _holds(jobs_dir, (LEDGER_JSON, LEDGER_JOURNAL)), _holds(jobs_dir, (EVAL_JSON, EVAL_JOURNAL))
+    if runs and evals:
+        raise BadInputError("--jobs-dir holds a batch's run ledger and an evaluation's eval-ledger: "
+                            "say which with --ledger runs or --ledger eval")
+    return "eval" if evals else "runs"
+
+
+def _eval_report(args: argparse.Namespace, jobs_dir: Path) -> tuple[str, int]:
+    from runner.score_patches import EvalLedger
+    from runner.views.eval_report import build_eval_report
+
+    private = view_private_texts([str(jobs_dir)])
+    ledger = EvalLedger(jobs_dir, private)  # read only: nothing is written to the jobs dir
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    text = build_eval_report(ledger.document(), title=args.title or "patch evaluation", generated_at=generated,
+                             output_format=args.output_format, private_texts=private)
+    return text, len(ledger.rows)
 
 
 def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], list[str], str]:
@@ -56,18 +91,26 @@ def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], list[str], str]:
 
 
 def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
-    """Raises: BadInputError, BrokerUnavailableError, EnvironmentNotReadyError (``--out`` cannot be written)."""
+    """Raises: BadInputError, BrokerUnavailableError, EnvironmentNotReadyError (``--out`` cannot be written),
+    CompactInputError (an eval-ledger that cannot be read)."""
     if signals.pending() is not None:  # a signal while the runner started: python -m runner kept it until now
         signals.raise_interrupt(signals.pending() or 0, None)
-    rows, private, default_title = _rows(args)
-    text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
-                        private_texts=view_private_texts(private))
+    jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir") if args.jobs_dir is not None else None
+    if jobs_dir is not None and _ledger_kind(args, jobs_dir) == "eval":
+        if args.suite or args.broker:
+            raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
+        (text, count), unreadable, kind = _eval_report(args, jobs_dir), 0, "eval"
+    else:
+        rows, private, default_title = _rows(args)
+        text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
+                            private_texts=view_private_texts(private))
+        count, unreadable, kind = len(rows), sum(1 for row in rows if row.unreadable is not None), "runs"
     try:
         write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
     except OSError as e:
         raise EnvironmentNotReadyError(f"cannot write --out ({e.strerror or type(e).__name__})") from e
-    unreadable = sum(1 for row in rows if row.unreadable is not None)
-    return ({"mode": "report", "format": args.output_format, "tasks": len(rows), "unreadable": unreadable,
+    counted = {"patches": count} if kind == "eval" else {"tasks": count}
+    return ({"mode": "report", "ledger": kind, "format": args.output_format, **counted, "unreadable": unreadable,
              "out": args.out.name}, int(ExitCode.COMPLETED))
 
 

@@ -151,7 +151,12 @@ def _rate(successes: int, patches: int) -> float | None:
 
 
 def evaluation_document(rows: list[EvalRow]) -> dict[str, Any]:
-    """Rows, the per-tag official score (successes / patches), per patch name, and pass@k over attempts."""
+    """Rows, the per-tag official score, per patch name, and pass@k over attempts.
+
+    A score is successes / counted patches: scored ones and rejected ones (FAILED, as the official
+    script would have it); an unscorable or infrastructure-failed patch has no verdict, so it is shown
+    (``patches``, ``states``) but not counted, and a rerun retries it.
+    """
     ordered = sorted(rows, key=lambda r: (r.tag, r.attempt or 0, r.patch))
     by_tag: dict[str, list[EvalRow]] = defaultdict(list)
     by_name: dict[str, list[EvalRow]] = defaultdict(list)
@@ -162,20 +167,23 @@ def evaluation_document(rows: list[EvalRow]) -> dict[str, Any]:
     for tag, members in by_tag.items():
         states = Counter(r.state.value for r in members)
         successes = sum(1 for r in members if r.resolved)
+        counted = sum(1 for r in members if r.counted)
         tags.append({
-            "tag": tag, "patches": len(members), "successes": successes, "score": _rate(successes, len(members)),
+            "tag": tag, "patches": len(members), "counted": counted, "successes": successes,
+            "score": _rate(successes, counted),
             "states": dict(sorted(states.items())),
             "exit_code_successes": sum(1 for r in members if r.exit_code_verdict),
             "verdicts_disagree": sum(1 for r in members if r.verdicts_disagree),
             "verdict_untrusted": any(r.verdict_untrusted for r in members),
         })
     successes = sum(1 for r in ordered if r.resolved)
+    counted = sum(1 for r in ordered if r.counted)
     document: dict[str, Any] = {
         "schema_version": SCHEMA,
         "mode": "evaluate",
         "suite": {
-            "tags": len(by_tag), "patches": len(ordered), "successes": successes,
-            "score": _rate(successes, len(ordered)),
+            "tags": len(by_tag), "patches": len(ordered), "counted": counted, "successes": successes,
+            "score": _rate(successes, counted),
             "tags_with_a_success": sum(1 for t in tags if t["successes"]),
             "states": dict(sorted(Counter(r.state.value for r in ordered).items())),
             "verdicts_disagree": sum(1 for r in ordered if r.verdicts_disagree),
@@ -204,15 +212,16 @@ def render_markdown(document: dict[str, Any]) -> str:
     suite = document["suite"]
     lines = [
         "# Patch evaluation", "",
-        f"{suite['successes']} of {suite['patches']} patches pass the official rule over {suite['tags']} tags "
+        f"{suite['successes']} of {suite['counted']} counted patches ({suite['patches']} in all) pass the official "
+        f"rule over {suite['tags']} tags "
         f"({suite['tags_with_a_success']} tags with a passing patch); states: "
         + (", ".join(f"{k} {v}" for k, v in suite["states"].items()) or "none"), "",
-        "| tag | patches | successes | score | exit-code successes | disagreements | untrusted |",
-        "|---|---|---|---|---|---|---|",
+        "| tag | patches | counted | successes | score | exit-code successes | disagreements | untrusted |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for tag in document["tags"]:
         score = "-" if tag["score"] is None else f"{tag['score']:.3f}"
-        lines.append(f"| {tag['tag']} | {tag['patches']} | {tag['successes']} | {score} | "
+        lines.append(f"| {tag['tag']} | {tag['patches']} | {tag['counted']} | {tag['successes']} | {score} | "
                      f"{tag['exit_code_successes']} | {tag['verdicts_disagree']} | {_yes(tag['verdict_untrusted'])} |")
     lines += ["", "| tag | patch | state | label | resolved | exit-code verdict | disagree | apply exit | test exit "
               "| timed out | seconds | sha256 | bytes |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -152,6 +153,7 @@ def test_every_verdict_is_the_official_rule_run_by_hand(
     # Per tag: successes / patches, the official per-tag score.
     tags = {t["tag"]: t for t in ledger["tags"]}
     assert (tags[tag_a]["successes"], tags[tag_a]["patches"], tags[tag_a]["score"]) == (2, 8, 0.25)
+    assert tags[tag_a]["counted"] == 8  # the empty patch is rejected and counts as FAILED
     assert (tags[tag_b]["successes"], tags[tag_b]["patches"]) == (0, 2) and tags[tag_b]["verdicts_disagree"] == 1
     assert ledger["suite"]["successes"] == 2 and ledger["suite"]["patches"] == 10
     assert {n["patch"]: n["successes"] for n in ledger["patch_names"]} == {"golden.patch": 1, "wrong.patch": 0}
@@ -165,6 +167,15 @@ def test_every_verdict_is_the_official_rule_run_by_hand(
     hostile_test = (jobs / ".eval-logs" / tag_a / "hostile.patch" / "test.log").read_text()
     assert "FAILED" in hostile_test and "PATCH SUCCEEDED" not in hostile_test
     assert "PATCH SUCCEEDED" in (jobs / ".eval-logs" / tag_a / "hostile.patch" / "test.stderr.log").read_text()
+    # The report of this very ledger: its score bars are the ledger's per-tag scores; nothing private in it.
+    done = run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "eval.html"), timeout=60)
+    assert done.returncode == 0 and json.loads(done.stdout)["patches"] == 10, done.stderr
+    html = (tmp_path / "eval.html").read_text()
+    svg = re.search(r'<svg class="chart" data-chart="score-by-tag".*?</svg>', html, re.S)
+    assert svg is not None
+    bars = dict(re.findall(r'<rect class="bar" data-label="([^"]+)" data-value="([^"]+)"', svg.group(0)))
+    assert {tag: float(value) for tag, value in bars.items()} == {tag_a: 0.25, tag_b: 0.0}
+    assert "add_impl" not in html and str(tmp_path) not in html
 
 
 def test_a_rerun_skips_what_is_scored_and_scores_what_changed(
