@@ -495,6 +495,28 @@ def _units(args: argparse.Namespace) -> list[PatchUnit]:
     return discover(args.patches_dir, tags=tags or None, attempts_as_patches=args.attempts_as_patches)
 
 
+def score_units(
+    jobs_dir: Path, units: list[PatchUnit], settings: dict[str, RunnerSettings], *, workers: int = 1
+) -> tuple[EvalLedger, list[EvalRow], int]:
+    """Score ``units`` into ``jobs_dir``'s eval ledger under its lock: (the ledger, the rows scored now, how many
+    were skipped as already scored). The one scoring path of ``evaluate`` and of a fleet worker's evaluation unit.
+
+    Raises: JobRootBusyError, DockerUnavailableError; KeyboardInterrupt after every container is removed.
+    """
+    connect().close()  # no daemon: refused before the ledger is touched
+    with job_root_lock(jobs_dir, name=EVAL_LOCK, what="evaluate"):
+        ledger = EvalLedger(jobs_dir, private_texts_for(jobs_dir))
+        todo = [unit for unit in units if not ledger.scored(unit)]
+        scorer = Scorer(jobs_dir=jobs_dir, ledger=ledger, workers=workers, run_id=new_run_id())
+        try:
+            with Progress(len(todo), len(units) - len(todo)) as progress:
+                rows = scorer.run(todo, settings, progress)
+        finally:
+            ledger.compact()
+            scorer.close()
+    return ledger, rows, len(units) - len(todo)
+
+
 def run_evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """Raises: BadInputError, JobRootBusyError, DockerUnavailableError."""
     if not 1 <= args.workers <= MAX_WORKERS:
@@ -509,18 +531,8 @@ def run_evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         "apply_cmd": args.apply_cmd, "test_cmd": args.test_cmd,
     })}
     jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir")
-    connect().close()  # no daemon: refused before the ledger is touched
-    with job_root_lock(jobs_dir, name=EVAL_LOCK, what="evaluate"):
-        ledger = EvalLedger(jobs_dir, private_texts_for(jobs_dir))
-        todo = [unit for unit in units if not ledger.scored(unit)]
-        scorer = Scorer(jobs_dir=jobs_dir, ledger=ledger, workers=args.workers, run_id=new_run_id())
-        try:
-            with Progress(len(todo), len(units) - len(todo)) as progress:
-                rows = scorer.run(todo, settings, progress)
-        finally:
-            ledger.compact()
-            scorer.close()
-        document = ledger.document()
+    ledger, rows, skipped = score_units(jobs_dir, units, settings, workers=args.workers)
+    document = ledger.document()
     keys = {unit.key for unit in units}
     mine = [row for row in ledger.rows.values() if row.key in keys]
     failed = [row for row in mine if row.state is UnitState.INFRA_FAILED]
@@ -530,7 +542,7 @@ def run_evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         messages.append(f"{len(rejected)} patches were not run and count as FAILED ({', '.join(rejected[:5])})")
     if failed:
         messages.append(f"{len(failed)} patches could not be run ({failed[0].label}); rerun to retry them")
-    document["call"] = {"units": len(units), "scored_now": len(rows), "skipped_as_scored": len(units) - len(todo)}
+    document["call"] = {"units": len(units), "scored_now": len(rows), "skipped_as_scored": skipped}
     document["message"] = "; ".join(messages)
     return document, int(ExitCode.BAD_ENVIRONMENT if failed else ExitCode.COMPLETED)
 

@@ -21,7 +21,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage, Retries, TimeLimit
 
 from runner.errors import BadInputError, BrokerUnavailableError, MessageError
-from runner.tasks.protocol import TaskMessage
+from runner.tasks.protocol import EvalMessage, TaskMessage
 
 DEFAULT_NAMESPACE = "runner-fleet"
 ACTOR_NAME = "run_task"
@@ -197,8 +197,9 @@ def make_broker(
     )
 
 
-def task_message(task: TaskMessage, queue: str) -> Message:
-    """The Dramatiq message of a task; its id is the task's identity (suite, tag, attempt)."""
+def task_message(task: TaskMessage | EvalMessage, queue: str) -> Message:
+    """The Dramatiq message of a task or an evaluation unit; its id is the unit's identity
+    ((suite, tag, attempt), or (suite, tag, patch name, sha256))."""
     return Message(
         queue_name=queue, actor_name=ACTOR_NAME, args=(task.model_dump(mode="json"),), kwargs={}, options={},
         message_id=task.message_id,

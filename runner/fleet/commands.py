@@ -1,14 +1,21 @@
 """``python -m runner submit | status | cancel``: put a suite on the queue, read its ledger, stop it.
 
-Invariants: submitting is idempotent per (suite, tag, attempt) (a task already
-queued, running or done is not queued again; the ledger's transaction decides, so
-two submits racing queue it once); status output passes the public guard; cancel
-drops queued messages and interrupts running tasks through the child's cleanup.
+A suite's units are tasks (``--prompts-dir``: an agent per tag and attempt) or evaluation
+units (``--patches-dir``: one patch each, scored as ``python -m runner evaluate`` scores it).
+
+Invariants: submitting is idempotent per (suite, tag, attempt) and per (suite, tag, patch
+name, sha256) (a unit already queued, running or done is not queued again; the ledger's
+transaction decides, so two submits racing queue it once); a patches dir is read and every
+patch classified before anything is queued (``runner.patch_sets``'s errors, exactly); status
+output passes the public guard; cancel drops queued messages and interrupts running units
+through the child's cleanup.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +44,19 @@ from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
 from runner.logs import configure_logging
 from runner.public import private_texts_for
 from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
-from runner.tasks.protocol import MAX_PROMPT_BYTES, TaskMessage, check_suite, task_key
+from runner.patch_sets import PatchUnit, discover
+from runner.score_patches import EvalRow, evaluation_document
+from runner.tasks.protocol import (
+    MAX_PROMPT_BYTES,
+    MAX_QUEUED_PATCH_BYTES,
+    EvalMessage,
+    EvalUnit,
+    TaskMessage,
+    check_suite,
+    eval_key,
+    task_key,
+)
+from runner.tasks.spec import TaskSpec
 from runner.tasks.spec import read_operator
 
 log = structlog.get_logger(__name__)
@@ -53,14 +72,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def submit_parser() -> argparse.ArgumentParser:
-    parser = RunnerArgumentParser(prog="python -m runner submit", description="Queue a suite: one task per tag and attempt. "
-                                  "Each task carries the task flags as given (the same as a single run's); each "
+    parser = RunnerArgumentParser(prog="python -m runner submit", description="Queue a suite: one task per tag and attempt "
+                                  "(--prompts-dir), or one evaluation unit per patch of DIR/<tag>/*.patch (--patches-dir, "
+                                  "scored as `python -m runner evaluate` scores it). "
+                                  "Each unit carries the task flags as given (the same as a single run's); each "
                                   "worker fills the rest from the tag's own profile, as a single run does.")
     _common(parser)
     parser.add_argument("--suite", required=True, help="the suite's name (letters, digits, '_ . -')")
     parser.add_argument("--tag", action="append", help="a tag (repeatable)")
     parser.add_argument("--tags-file", type=Path, help="one tag a line, '#' comments")
-    parser.add_argument("--prompts-dir", type=Path, required=True, help="prompts at DIR/<tag>/context/prompt.md")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompts-dir", type=Path, help="prompts at DIR/<tag>/context/prompt.md: one task per tag and attempt")
+    source.add_argument("--patches-dir", type=Path,
+                        help="patches at DIR/<tag>/*.patch: one evaluation unit per patch (--tag/--tags-file: only those)")
+    parser.add_argument("--attempts-as-patches", action="store_true",
+                        help="with --patches-dir: each patch of a tag is one attempt of one agent (pass@k over them)")
     parser.add_argument("--attempts", type=int, default=1, help="independent attempts per tag (default 1)")
     parser.add_argument("--queue", default=DEFAULT_QUEUE, help=f"the queue (pool of hosts) to run on (default {DEFAULT_QUEUE})")
     add_task_flags(parser, many_tags=True)
@@ -79,6 +105,77 @@ def _read_prompt(prompts_dir: Path, tag: str) -> str | None:
     return text if text.strip() and SYNTHETIC_PROMPT_MARKER not in text else None
 
 
+def _queued_bytes(unit: PatchUnit) -> bytes:
+    """The bytes a unit's message carries: none for a rejected patch (never opened, or nothing to apply).
+
+    Raises: BadInputError, when the file changed since it was classified (or cannot be read any more)."""
+    if unit.rejection is not None:
+        return b""
+    try:
+        data = unit.path.read_bytes()
+    except OSError as e:
+        raise BadInputError(f"the patch {unit.key!r} cannot be read ({e.strerror or type(e).__name__})") from e
+    if len(data) != unit.size or hashlib.sha256(data).hexdigest() != unit.sha256:
+        raise BadInputError(f"the patch {unit.key!r} changed while it was submitted; submit again")
+    return data
+
+
+def submit_patches(args: argparse.Namespace, suite: str, queue: str, tags: list[str],
+                   template: TaskSpec) -> tuple[dict[str, Any], int]:
+    """One evaluation unit per patch; a unit already queued, running or scored with these bytes is skipped."""
+    if args.attempts != 1:
+        raise BadInputError("--attempts goes with --prompts-dir; with --patches-dir each patch is one unit "
+                            "(--attempts-as-patches: a tag's patches are attempts)")
+    units = discover(args.patches_dir, tags=tags or None, attempts_as_patches=args.attempts_as_patches)
+    large = [unit.key for unit in units if unit.rejection is None and unit.size > MAX_QUEUED_PATCH_BYTES]
+    if large:
+        raise BadInputError(f"{len(large)} patches are larger than the queue carries "
+                            f"({MAX_QUEUED_PATCH_BYTES // (1024 * 1024)} MiB: {', '.join(large[:3])}); "
+                            "score them with `python -m runner evaluate`")
+    specs = {tag: template.for_tag(tag) for tag in dict.fromkeys(unit.tag for unit in units)}
+    messages = [EvalMessage(suite=suite, spec=specs[unit.tag], data=base64.b64encode(_queued_bytes(unit)).decode(),
+                            unit=EvalUnit(name=unit.name, directory=unit.directory, attempt=unit.attempt,
+                                          sha256=unit.sha256, size=unit.size, rejection=unit.rejection))
+                for unit in units]  # every patch read before anything is queued
+    client = connect_redis(args.broker)
+    keys = Keys(args.namespace)
+    ledger = SuiteLedger(client, keys, suite)
+    broker = make_broker(args.broker, args.namespace)
+    queued = skipped = 0
+    try:
+        for message in messages:
+            fresh = LedgerRow(kind="eval", tag=message.tag, attempt=message.attempt, patch=message.unit.name,
+                              patch_sha256=message.unit.sha256, patch_bytes=message.unit.size,
+                              state=TaskState.QUEUED, queue=queue, submitted_at=now())
+
+            def change(cur: LedgerRow | None, fresh: LedgerRow = fresh) -> LedgerRow | None:
+                same = cur is not None and cur.patch_sha256 == fresh.patch_sha256
+                return None if same and cur.state in ACTIVE_STATES else fresh
+
+            if ledger.update(message.key, change):
+                client.srem(keys.cancelled(suite), message.key)
+                broker.enqueue(task_message(message, queue))
+                queued += 1
+            else:
+                skipped += 1
+    finally:
+        _leave_no_heartbeat(client, keys, broker)
+    report = {"mode": "submit", "suite": suite, "queue": queue, "kind": "eval", "units": len(messages),
+              "queued": queued, "skipped_existing": skipped, "refused": 0,
+              "rejected": sorted(m.key for m in messages if m.unit.rejection is not None)}
+    log.info("suite_submitted", **{k: v for k, v in report.items() if k != "rejected"})
+    return report, int(ExitCode.COMPLETED)
+
+
+def _leave_no_heartbeat(client: redis.Redis, keys: Keys, broker: Any) -> None:
+    try:  # each broker call is a heartbeat: a submit is no worker, so leave none behind
+        client.zrem(f"{keys.dramatiq}:__heartbeats__", broker.broker_id)
+    except redis.RedisError:
+        pass
+    broker.close()
+    client.close()
+
+
 def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     suite = check_suite(args.suite)
     queue = check_queue(args.queue)
@@ -86,7 +183,12 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     tags = [check_tag(tag, "--tag") for tag in args.tag or []]
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
+    if args.patches_dir is not None:  # no tag named: every tag directory of the patches dir
+        template = read_operator(task_flags(args), env_skipped=frozenset({"tag", "image"})).spec
+        return submit_patches(args, suite, queue, list(dict.fromkeys(tags)), template)
     tags = unique_tags(tags)
+    if args.attempts_as_patches:
+        raise BadInputError("--attempts-as-patches goes with --patches-dir")
     # What the operator said, read once (flags, then the environment, as a batch reads them);
     # each tag's profile is applied by the worker's task process, never here.
     template = read_operator(task_flags(args), env_skipped=frozenset({"tag", "image"})).spec
@@ -119,13 +221,8 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                 else:
                     skipped += 1
     finally:
-        try:  # each broker call is a heartbeat: a submit is no worker, so leave none behind
-            client.zrem(f"{keys.dramatiq}:__heartbeats__", broker.broker_id)
-        except redis.RedisError:
-            pass
-        broker.close()
-        client.close()
-    report = {"mode": "submit", "suite": suite, "queue": queue, "tasks": len(tags) * args.attempts,
+        _leave_no_heartbeat(client, keys, broker)
+    report = {"mode": "submit", "suite": suite, "queue": queue, "kind": "task", "tasks": len(tags) * args.attempts,
               "queued": queued, "skipped_existing": skipped, "refused": refused}
     log.info("suite_submitted", **report)
     return report, int(ExitCode.BAD_INPUT if refused else ExitCode.COMPLETED)
@@ -144,11 +241,18 @@ def status_parser() -> argparse.ArgumentParser:
 
 def suite_status(client: redis.Redis, keys: Keys, suite: str) -> dict[str, Any]:
     rows = SuiteLedger(client, keys, suite).rows()
-    tags = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in rows])
-    return {
+    tasks = [row for row in rows if row.kind == "task"]
+    tags = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in tasks])
+    document = {
         "suite": suite, "summary": summary(rows), "tasks": tags, "suite_pass_at": suite_pass_at_summary(tags),
-        "rows": [row.model_dump(mode="json") for row in rows],
+        "rows": [row.model_dump(mode="json", exclude={"evaluation"}) for row in rows],
     }
+    scored = [EvalRow.model_validate(row.evaluation) for row in rows if row.kind == "eval" and row.evaluation]
+    if scored:  # evaluate's own summary (per tag successes / patches, pass@k) of the units scored so far
+        evaluation = evaluation_document(scored)
+        evaluation["units"] = sum(1 for row in rows if row.kind == "eval")
+        document["evaluation"] = evaluation
+    return document
 
 
 def status(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
@@ -179,15 +283,27 @@ def render_markdown(document: dict[str, Any]) -> str:
             + f"; resolved {s['resolved']}/{s['finished']} ({s['resolved_rate']:.1%}), "
             f"without infrastructure failures {s['resolved_rate_without_infra']:.1%}; retries {s['retries']}; "
             f"tokens in {s['input_tokens']}, out {s['output_tokens']}", "",
-            "| tag | attempt | state | host | phase | resolved | failure | retries | wall s |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| kind | tag | attempt | patch | state | host | phase | resolved | failure | retries | wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in suite["rows"]:
             resolved = {True: "yes", False: "no", None: "-"}[row["resolved"]]
             wall = f"{row['wall_seconds']:.1f}" if row["wall_seconds"] is not None else "-"
-            lines.append(f"| {row['tag']} | {row['attempt']} | {row['state']} | {row['host'] or '-'} | "
-                         f"{row['phase'] or '-'} | {resolved} | {row['failure_label'] or '-'} | {row['retries']} | {wall} |")
-        lines += ["", *pass_at_markdown(suite["tasks"], suite["suite_pass_at"]), ""]
+            lines.append(f"| {row['kind']} | {row['tag']} | {row['attempt']} | {row['patch'] or '-'} | {row['state']} | "
+                         f"{row['host'] or '-'} | {row['phase'] or '-'} | {resolved} | {row['failure_label'] or '-'} | "
+                         f"{row['retries']} | {wall} |")
+        if suite["tasks"]:
+            lines += ["", *pass_at_markdown(suite["tasks"], suite["suite_pass_at"])]
+        if "evaluation" in suite:
+            evaluation = suite["evaluation"]
+            lines += ["", "## Evaluation units (scored as `python -m runner evaluate` scores them)", "",
+                      "| tag | patches | successes | score |", "|---|---|---|---|"]
+            for tag in evaluation["tags"]:
+                score = "-" if tag["score"] is None else f"{tag['score']:.3f}"
+                lines.append(f"| {tag['tag']} | {tag['patches']} | {tag['successes']} | {score} |")
+            if "pass_at" in evaluation:
+                lines += ["", *pass_at_markdown(evaluation["pass_at"]["tasks"], evaluation["pass_at"]["suite"])]
+        lines.append("")
     return "\n".join(lines) if lines else "No suite in the ledger.\n"
 
 
@@ -214,7 +330,10 @@ def _drop_queued(client: redis.Redis, keys: Keys, queue: str, suite: str, wanted
             continue
         spec = task.get("spec") if isinstance(task, dict) else None
         tag = spec.get("tag") if isinstance(spec, dict) else None
-        if isinstance(task, dict) and task.get("suite") == suite and task_key(str(tag), task.get("attempt")) in wanted:
+        unit = task.get("unit") if isinstance(task, dict) and task.get("kind") == "eval" else None
+        key = eval_key(str(tag), str(unit.get("name"))) if isinstance(unit, dict) else task_key(str(tag), task.get("attempt")) \
+            if isinstance(task, dict) else None
+        if isinstance(task, dict) and task.get("suite") == suite and key in wanted:
             if client.lrem(queue_key, 0, redis_id):  # still waiting: not fetched by a worker yet
                 client.hdel(f"{queue_key}.msgs", redis_id)
                 dropped += 1

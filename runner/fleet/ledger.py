@@ -13,24 +13,31 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from pydantic import Field, ValidationError
 
 from reducers.outcome import FINAL_STATES, FINISHED_STATES, TaskFacts, TaskState
 from runner.fleet.broker import Keys
-from runner.tasks.protocol import task_key
+from runner.tasks.protocol import eval_key, task_key
 
 
 ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING, TaskState.DONE})
 
 
 class LedgerRow(TaskFacts):
-    """A fleet task's row: the facts every ledger shares (``reducers.outcome``) and its lifecycle."""
+    """A fleet unit's row: the facts every ledger shares (``reducers.outcome``) and its lifecycle.
 
+    A unit is a task (an agent's run, keyed ``<tag>/<attempt>``) or an evaluation unit (one patch
+    scored, keyed ``<tag>/<patch name>`` with its sha256, and its ``evaluate`` row in ``evaluation``).
+    """
+
+    kind: Literal["task", "eval"] = "task"
     tag: str
     attempt: int
+    patch: str | None = None  # an evaluation unit's patch name
+    evaluation: dict[str, Any] | None = None  # its runner.score_patches.EvalRow, once scored
     queue: str
     host: str | None = None
     phase: str | None = None
@@ -42,7 +49,7 @@ class LedgerRow(TaskFacts):
 
     @property
     def key(self) -> str:
-        return task_key(self.tag, self.attempt)
+        return eval_key(self.tag, self.patch or "") if self.kind == "eval" else task_key(self.tag, self.attempt)
 
 
 class SuiteLedger:
@@ -59,7 +66,7 @@ class SuiteLedger:
                 rows.append(LedgerRow.model_validate_json(raw))
             except ValidationError:
                 continue  # a row of another version: status says nothing rather than crash
-        return sorted(rows, key=lambda row: (row.tag, row.attempt))
+        return sorted(rows, key=lambda row: (row.kind, row.tag, row.attempt, row.patch or ""))
 
     def get(self, key: str) -> LedgerRow | None:
         raw = self._client.hget(self.key, key)

@@ -31,7 +31,8 @@ class Outbox:
         self._jobs_dir = jobs_dir
 
     def _path(self, suite: str, row: LedgerRow) -> Path:
-        return self._jobs_dir / suite / OUTBOX / f"{row.tag}.attempt-{row.attempt}.json"
+        name = f"{row.tag}.eval-{row.patch}" if row.kind == "eval" else f"{row.tag}.attempt-{row.attempt}"
+        return self._jobs_dir / suite / OUTBOX / f"{name}.json"
 
     def keep(self, suite: str, row: LedgerRow) -> None:
         path = self._path(suite, row)

@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -22,7 +23,9 @@ from reducers.outcome import EXIT_INTERRUPTED, FINAL_STATES, TaskFacts, TaskStat
 from runner.fleet.broker import Keys
 from runner.fleet.ledger import LedgerRow, SuiteLedger, now
 from runner.fleet.outbox import Outbox
-from runner.tasks.protocol import TaskMessage
+from runner.tasks.protocol import EvalMessage, TaskMessage
+
+Unit = TaskMessage | EvalMessage
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +81,42 @@ def infra_retry(facts: TaskFacts, retries: int, max_retries: int) -> Decision:
     return Decision(Action.DONE, facts.model_copy(update={"state": TaskState.FAILED}), retries)
 
 
+def decide_evaluation(
+    row: dict | None, exit_code: int | None, wall_seconds: float, *, stop_reason: StopReason | None, retries: int,
+    max_retries: int,
+) -> Decision:
+    """The fleet's policy for an evaluation unit whose process ended with ``exit_code`` having scored ``row``
+    (a ``runner.score_patches.EvalRow``, or None: it never got that far, and the task rule decides).
+
+    Its states become the task states: scored or rejected is done (the patch's verdict, never retried); a
+    refused tag (unscorable) is failed, not counted; an infrastructure failure is retried as a task's is.
+    """
+    from runner.score_patches import EvalRow, UnitState
+
+    if row is None:
+        return decide(None, exit_code, wall_seconds, stop_reason=stop_reason, retries=retries, max_retries=max_retries)
+    scored = EvalRow.model_validate(row)
+    common = {"exit_code": exit_code, "wall_seconds": wall_seconds, "patch_sha256": scored.patch_sha256,
+              "patch_bytes": scored.patch_bytes, "image_id": scored.image_id, "image_digest": scored.image_digest}
+    if scored.state is UnitState.INFRA_FAILED:
+        # "docker_error: APIError" -> "docker_error": a label from the closed set the views show
+        label = re.sub(r"[^a-z0-9_]", "_", (scored.label or "infra_failed").split(":")[0].lower())[:128]
+        facts = TaskFacts(state=TaskState.FAILED, failure_label=label, infra_failure=True, **common)
+        return infra_retry(facts, retries, max_retries)
+    if scored.state is UnitState.UNSCORABLE:
+        return Decision(Action.DONE, TaskFacts(state=TaskState.FAILED, failure_label="unscorable", **common), retries)
+    facts = TaskFacts(state=TaskState.DONE, resolved=scored.resolved, failure_label=scored.label,
+                      exit_code_verdict=scored.exit_code_verdict, verdict_untrusted=scored.verdict_untrusted, **common)
+    return Decision(Action.DONE, facts, retries)
+
+
+def identity(task: Unit) -> dict:
+    """The fields that name a unit's row: a task's (tag, attempt), an evaluation unit's (tag, patch)."""
+    if isinstance(task, EvalMessage):
+        return {"kind": "eval", "tag": task.tag, "attempt": task.attempt, "patch": task.unit.name}
+    return {"tag": task.tag, "attempt": task.attempt}
+
+
 def not_started(label: str, retries: int, max_retries: int) -> Decision:
     """The task could not be started on this host (its job root or log could not be written)."""
     facts = TaskFacts(state=TaskState.FAILED, failure_label=label, infra_failure=True)
@@ -97,10 +136,9 @@ class Recorder:
     def ledger(self, suite: str) -> SuiteLedger:
         return SuiteLedger(self._client, self._keys, suite)
 
-    def running(self, task: TaskMessage, queue: str, retries: int) -> None:
+    def running(self, task: Unit, queue: str, retries: int) -> None:
         def change(row: LedgerRow | None) -> LedgerRow:
-            base = row or LedgerRow(tag=task.tag, attempt=task.attempt, state=TaskState.QUEUED, queue=queue,
-                                    submitted_at=now())
+            base = row or LedgerRow(**identity(task), state=TaskState.QUEUED, queue=queue, submitted_at=now())
             return base.model_copy(update={
                 "state": TaskState.RUNNING, "host": self._host, "phase": None, "queue": queue,
                 "started_at": now(), "finished_at": None, "retries": retries, "exit_code": None,
@@ -108,13 +146,13 @@ class Recorder:
 
         self.ledger(task.suite).update(task.key, change)
 
-    def record(self, task: TaskMessage, queue: str, decision: Decision) -> LedgerRow | None:
+    def record(self, task: Unit, queue: str, decision: Decision, evaluation: dict | None = None) -> LedgerRow | None:
         facts = decision.facts
         if not decision.final:
             return self.ledger(task.suite).set_fields(
                 task.key, **facts.model_dump(exclude={"wall_seconds"}), host=None, phase=None, retries=decision.retries)
-        final = LedgerRow(tag=task.tag, attempt=task.attempt, queue=queue, host=self._host, retries=decision.retries,
-                          submitted_at=now(), finished_at=now(), **facts.model_dump())
+        final = LedgerRow(**identity(task), queue=queue, host=self._host, retries=decision.retries,
+                          submitted_at=now(), finished_at=now(), evaluation=evaluation, **facts.model_dump())
         try:
             self._outbox.keep(task.suite, final)
         except OSError:

@@ -56,7 +56,7 @@ class RunningTask:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "suite": self.task.suite, "tag": self.task.tag, "attempt": self.task.attempt,
+            "suite": self.task.suite, "tag": self.task.tag, "attempt": self.task.attempt, "key": self.task.key,
             "phase": self.phase, "started_at": self.started_at,
             "seconds": round(max(0.0, time.time() - self.started_at), 1),
             "stopping": self.stop_reason.value if self.stop_reason else None,

@@ -23,8 +23,10 @@ def task_row(suite: str, row: LedgerRow) -> TaskRow:
     phase = Phase(where) if where in known else None
     return TaskRow(
         suite=suite,
+        kind=row.kind,
         tag=row.tag,
         attempt=row.attempt,
+        patch=row.patch,
         state=row.state,
         host=row.host,
         phase=phase,

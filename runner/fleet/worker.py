@@ -47,13 +47,13 @@ from runner.fleet.leases import Lease
 from runner.fleet.ledger import FINAL_STATES, LedgerRow, SuiteLedger, TaskState, now
 from runner.fleet.options import WorkerOptions, build_parser, options_from
 from runner.fleet.outbox import Outbox
-from runner.fleet.outcome import Action, Decision, Recorder, StopReason, decide, not_started
+from runner.fleet.outcome import Action, Decision, Recorder, StopReason, decide, decide_evaluation, not_started
 from runner.fleet.rejects import rejected_row
 from runner.fleet.state import RunningTask, WorkerState
 from runner.fleet.views import WorkerStatusSource
 from runner.jobroot import PROMPT
 from runner.logs import configure_logging
-from runner.tasks.protocol import MessageError, TaskMessage, parse_message
+from runner.tasks.protocol import EvalMessage, MessageError, TaskMessage, parse_any_message
 from runner.tasks.supervisor import run_task
 from runner.views.server import BackgroundServer, http_address
 
@@ -99,7 +99,7 @@ class FleetWorker:
         retries = int(current.options.get("retries", 0)) if current is not None else 0
         queue = (current.queue_name if current is not None else self.options.queues[0]).removesuffix(".DQ")
         try:
-            task = parse_message(payload)
+            task = parse_any_message(payload)
         except MessageError as e:
             self._reject(payload, e, queue, current.message_id if current is not None else uuid.uuid4().hex)
             return
@@ -112,7 +112,7 @@ class FleetWorker:
         elif action is Action.RETRY:
             raise Retry(f"infrastructure failure of {task.suite}/{task.key}")
 
-    def _take(self, task: TaskMessage, queue: str, retries: int) -> Action:
+    def _take(self, task: TaskMessage | EvalMessage, queue: str, retries: int) -> Action:
         ledger = SuiteLedger(self.redis, self.keys, task.suite)
         row = ledger.get(task.key)
         if row is not None and row.state in FINAL_STATES:
@@ -149,8 +149,10 @@ class FleetWorker:
                 pass  # it expires on its own
 
     def _run(
-        self, task: TaskMessage, running: RunningTask, ledger: SuiteLedger, queue: str, retries: int
+        self, task: TaskMessage | EvalMessage, running: RunningTask, ledger: SuiteLedger, queue: str, retries: int
     ) -> tuple[LedgerRow | None, Action]:
+        if isinstance(task, EvalMessage):
+            return self._evaluate(task, running, queue, retries)
         job_root = self.options.jobs_dir / task.suite / task.tag / f"attempt-{task.attempt}"
         started = time.monotonic()
         try:
@@ -180,7 +182,38 @@ class FleetWorker:
                           stop_reason=reason, retries=retries, max_retries=self.options.max_infra_retries)
         return self._record(task, queue, decision)
 
-    def _record(self, task: TaskMessage, queue: str, decision: Decision) -> tuple[LedgerRow | None, Action]:
+    def _evaluate(self, task: EvalMessage, running: RunningTask, queue: str, retries: int) -> tuple[LedgerRow | None, Action]:
+        """An evaluation unit: its patch written under its own job root, scored by a task process of the
+        supervisor's (``runner task`` in evaluation mode: ``evaluate``'s scoring), its row by the same rule."""
+        job_root = self.options.jobs_dir / task.suite / "eval" / task.tag / task.unit.name
+        started = time.monotonic()
+        try:
+            data = task.patch_bytes()  # checked again: the bytes scored are the bytes submitted
+            job_root.mkdir(parents=True, exist_ok=True)
+            if task.unit.rejection is None:
+                write_bytes_atomic(job_root / task.unit.name, data, mode=0o600)
+        except OSError:
+            return self._record(task, queue, not_started("job_root_unwritable", retries, self.options.max_infra_retries))
+        self.recorder.running(task, queue, retries)
+        log.info("task_started", host=self.options.name, retries=retries, kind="eval")
+        log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}.eval-{task.unit.name}.log"
+        try:
+            end = run_task(task.request(job_root, self.options.host), log_path, running)
+        except OSError:
+            return self._record(task, queue, not_started("task_not_started", retries, self.options.max_infra_retries))
+        wall = round(time.monotonic() - started, 3)
+        reason = running.stop_reason
+        evaluation = end.outcome.evaluation if end.outcome is not None else None
+        log.info("task_exited", exit_code=end.returncode, stop_reason=reason.value if reason else None,
+                 wall_seconds=wall, kind="eval")
+        if evaluation is not None and reason is not None and end.returncode != 0:
+            evaluation = None  # stopped by this worker before its verdict: the task rule (requeue, cancel) decides
+        decision = decide_evaluation(evaluation, end.returncode, wall, stop_reason=reason, retries=retries,
+                                     max_retries=self.options.max_infra_retries)
+        return self._record(task, queue, decision, evaluation if decision.final else None)
+
+    def _record(self, task: TaskMessage | EvalMessage, queue: str, decision: Decision,
+                evaluation: dict | None = None) -> tuple[LedgerRow | None, Action]:
         facts = decision.facts
         if decision.action is Action.RETRY:
             log.warning("task_infra_failure", failure_label=facts.failure_label, retry=decision.retries,
@@ -191,7 +224,7 @@ class FleetWorker:
             log.error("task_infra_failure", failure_label=facts.failure_label, retries_exhausted=True)
         if facts.infra_failure or decision.action is not Action.DONE:
             self._recheck.set()  # the host may be what broke: look before taking anything else
-        row = self.recorder.record(task, queue, decision)
+        row = self.recorder.record(task, queue, decision, evaluation)
         if decision.final:
             log.info("task_finished", state=facts.state.value, resolved=facts.resolved, failure_label=facts.failure_label)
         return row, decision.action

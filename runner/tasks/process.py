@@ -45,6 +45,8 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
     Raises:
         BadInputError, EnvironmentNotReadyError, JobRootUnwritableError: as ``pipeline.execute``.
     """
+    if request.evaluation is not None:
+        return evaluate_unit(request)
     settings = resolve(request.spec, request.host, job_root=request.job_root)
     # In the task's own (private) log: what this task runs with, whichever driver handed it over.
     log.info("task_settings_resolved", tag=settings.tag, image=settings.resolved_image, source_dir=settings.source_dir,
@@ -55,6 +57,31 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
     result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))
     return TaskOutcome(exit_code=result.exit_code, message=result.message, reduced=result.reduced,
                        run=written_run(settings.job_root))
+
+
+def evaluate_unit(request: TaskRequest) -> TaskOutcome:
+    """One fleet evaluation unit, in this process: the patch at ``job_root/<name>`` scored by
+    ``runner.score_patches.score_units`` (``evaluate``'s own path) with the job root as its jobs dir.
+
+    Raises:
+        BadInputError, EnvironmentNotReadyError, JobRootBusyError: as ``evaluate``.
+    """
+    from runner.patch_sets import PatchUnit
+    from runner.score_patches import UnitState, score_units
+
+    unit = request.evaluation
+    assert unit is not None
+    settings = resolve(request.spec, request.host)
+    patch = PatchUnit(tag=settings.tag, directory=unit.directory, name=unit.name, path=request.job_root / unit.name,
+                      sha256=unit.sha256, size=unit.size, attempt=unit.attempt, rejection=unit.rejection)
+    log.info("evaluation_unit_settings", tag=settings.tag, image=settings.resolved_image, apply_cmd=settings.apply_cmd,
+             test_cmd=settings.test_cmd, eval_network=settings.eval_network.value, eval_timeout=settings.eval_timeout)
+    ledger, _rows, _skipped = score_units(request.job_root, [patch], {settings.tag: settings})
+    row = ledger.rows[patch.key]
+    failed = row.state is UnitState.INFRA_FAILED
+    return TaskOutcome(exit_code=ExitCode.BAD_ENVIRONMENT if failed else ExitCode.COMPLETED,
+                       message=f"the patch could not be run ({row.label})" if failed else None,
+                       evaluation=row.model_dump(mode="json"))
 
 
 def main(argv: list[str]) -> int:

@@ -26,8 +26,10 @@ def outcome(row: TaskRow) -> str:
 def _row_view(row: TaskRow) -> dict[str, Any]:
     return {
         "suite": row.suite,
+        "kind": row.kind,
         "tag": row.tag,
         "attempt": row.attempt,
+        "patch": row.patch,
         "state": row.state.value,
         "outcome": outcome(row),
         "host": row.host,

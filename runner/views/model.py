@@ -10,7 +10,7 @@ is shown (``runner.views.public``).
 from __future__ import annotations
 
 import threading
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field, field_validator, model_validator
 
@@ -61,8 +61,10 @@ class TaskRow(Frozen):
     """One (suite, tag, attempt): where it is, how it ended, what it cost."""
 
     suite: str = Field(pattern=_SUITE)
+    kind: Literal["task", "eval"] = "task"  # an agent's run, or one patch scored (a fleet's evaluation unit)
     tag: str = Field(pattern=_TAG)
     attempt: int = Field(ge=0)
+    patch: str | None = Field(default=None, pattern=_TAG)  # an evaluation unit's patch name
     state: TaskState
     host: str | None = Field(default=None, pattern=_HOST)
     phase: Phase | None = None  # the phase running now (running) or where it stopped

@@ -39,12 +39,13 @@ def states_chart(doc: dict[str, Any]) -> str:
 
 
 def tasks_table(doc: dict[str, Any]) -> str:
-    headers = ["suite", "tag", "attempt", "state", "host", "phase", "verdict", "failure label",
+    headers = ["suite", "kind", "tag", "attempt / patch", "state", "host", "phase", "verdict", "failure label",
                *TIMED_PHASES, "wall", "tokens in", "tokens out"]
     rows = []
     for row in doc["rows"]:
         cells = [
-            esc(row["suite"]), esc(row["tag"]), esc(row["attempt"]),
+            esc(row["suite"]), esc(row.get("kind", "task")), esc(row["tag"]),
+            esc(row["patch"] if row.get("patch") else row["attempt"]),
             esc(row["state"]), esc(row["host"] or "-"), esc(row["phase"] or "-"),
             badge(row["outcome"], row["outcome"]), esc(row["failure_label"] or row["unreadable"] or "-"),
             *(esc(fmt_seconds(row["phase_seconds"].get(phase))) for phase in TIMED_PHASES),
@@ -57,6 +58,8 @@ def tasks_table(doc: dict[str, Any]) -> str:
 
 def task_label(row: dict[str, Any]) -> str:
     """``tag #attempt``; a row standing for a place in a file (attempt 0, ``ledger-row-3``) is its name alone."""
+    if row.get("patch"):  # an evaluation unit: its patch
+        return f"{row['tag']} {row['patch']}"
     return f"{row['tag']} #{row['attempt']}" if row["attempt"] else row["tag"]
 
 

@@ -72,7 +72,7 @@ def test_two_hosts_route_by_queue_run_attempts_and_a_resubmission_adds_nothing(f
     ]
     assert document["suite_pass_at"]["mean_pass_at"] == {"1": 0.5, "2": 0.5}
     markdown = fleet.status("--suite", "suite1", "--format", "markdown").stdout
-    assert "| t_fix | 1 | done | host-b | - | yes |" in markdown
+    assert "| task | t_fix | 1 | - | done | host-b | - | yes |" in markdown
     assert "| t_wrong | 2 | 2 | 0 | 0.000 | 0.000 |" in markdown
 
     again = fleet.submit("suite1", "--tag", "t_fix", "--tag", "t_wrong", "--attempts", "2", "--queue", "pool-b")
