@@ -116,7 +116,7 @@ def test_a_bad_request_is_refused_with_an_outcome(tmp_path: Path) -> None:
     done, messages = _task_process(b'{"spec": {"tag": "t_1"}, "host": {}}')
     assert done.returncode == ExitCode.BAD_INPUT
     assert messages == [{"kind": "outcome", "exit_code": 2, "message": messages[0]["message"], "reduced": None,
-                         "run": None}]
+                         "run": None, "evaluation": None}]
     assert "task request is not valid" in messages[0]["message"]
     refused, _ = _task_process(b"{}", channel=False)
     assert refused.returncode != 0 and b"started by the supervisor only" in refused.stderr

@@ -141,10 +141,11 @@ def test_status_page_in_chromium(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     dom = _dom(dom_text)
     assert '<meta http-equiv="refresh" content="5">' in dom_text  # it reloads itself
     assert len(dom.task_rows) == 21  # 6 tags x 3 attempts + 2 running + 1 queued
-    running = [r for r in dom.task_rows if r[3] == "running"]
-    assert sorted((r[4], r[5]) for r in running) == [("host-1", "codex"), ("host-2", "evaluate")]
+    assert {r[1] for r in dom.task_rows} == {"task"}  # the unit kind column: no evaluation units in this suite
+    running = [r for r in dom.task_rows if r[4] == "running"]
+    assert sorted((r[5], r[6]) for r in running) == [("host-1", "codex"), ("host-2", "evaluate")]
     # an agent's failure is scored (unresolved), as every ledger scores it; "failed" is a refused input only
-    assert {r[6] for r in dom.task_rows} == {"resolved", "unresolved", "infra", "running", "queued"}
+    assert {r[7] for r in dom.task_rows} == {"resolved", "unresolved", "infra", "running", "queued"}
     assert dom.charts["tasks-by-state"] == 4  # queued, running, done, failed (cancelled is 0: no bar)
     assert dom.cards["tasks"] == "21" and dom.cards["resolved"] == "9"
     assert dom.cards["resolved rate"] == "50.0%"  # 9 of 18 finished
