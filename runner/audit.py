@@ -61,6 +61,7 @@ from runner.phases.evaluate import (
     probe_network,
     run_apply_and_test,
 )
+from runner.phases.patch import DIFF_OPTIONS, count_patch
 from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for, publish
 from runner.logs import configure_logging
@@ -86,29 +87,35 @@ SCHEMA = "agentissue_gold_patch_audit_v0"
 FIXED_TREE = "/app/source_code_fixed"
 GOLD_TIMEOUT = 120
 GOLD_MAX_BYTES = 64 * 1024 * 1024
-# Build and cache output that a plain tree diff must not carry (git diffs never see it).
-_DIFF_EXCLUDES = ".git node_modules __pycache__ *.pyc *.egg-info .pytest_cache .mypy_cache .tox venv .venv"
-# The gold patch, printed on stdout, as ``patch -p1`` in the buggy tree takes it; how it was
-# found on stderr. 0: found; 10: no buggy tree; 11: no fixed tree and no reachable FIXED_COMMIT.
+# Build and cache output that a tree snapshot must not carry (git diffs of commits never see it).
+_SNAPSHOT_EXCLUDES = ".git node_modules __pycache__ *.pyc *.egg-info .pytest_cache .mypy_cache .tox venv .venv"
+# The gold patch on stdout, in the form the patch phase exports an agent's work (git's diff with
+# the patch phase's options: symlinks as symlinks, binary changes as binary hunks, new and deleted
+# files included), so ``patch -p1`` in the buggy tree takes what it can take; how it was found on
+# stderr. A plain fixed tree is snapshotted into a throw-away git index (``add -A``: the tree's own
+# .gitignore and the excludes above apply), never diffed with ``diff -r``, which follows symlinks.
+# 0: found; 10: no buggy tree; 11: no fixed tree and no reachable FIXED_COMMIT; 12: no git.
 _GOLD_SCRIPT = r'''
-src=$1; fixed=$2
+set -f
+src=$1; fixed=$2; excludes=$3; shift 3; opts="$*"
 [ -d "$src" ] || exit 10
-g() { git -c safe.directory='*' -c core.quotepath=false "$@"; }
-gd() { g -C "$src" diff --no-color --no-ext-diff --no-renames "$@"; }
+command -v git >/dev/null 2>&1 || exit 12
+g() { git -c safe.directory='*' -c core.quotepath=false -c core.autocrlf=false "$@"; }
+gd() { g -C "$src" diff $opts "$@"; }
+commit_in_src() { g -C "$src" rev-parse -q --verify HEAD >/dev/null 2>&1 && g -C "$src" cat-file -e "$1^{commit}" 2>/dev/null; }
 if [ -d "$fixed" ]; then
-  if command -v git >/dev/null 2>&1 && g -C "$src" rev-parse -q --verify HEAD >/dev/null 2>&1 \
-     && fc=$(g -C "$fixed" rev-parse -q --verify HEAD 2>/dev/null) \
-     && g -C "$src" cat-file -e "$fc^{commit}" 2>/dev/null; then
+  if fc=$(g -C "$fixed" rev-parse -q --verify HEAD 2>/dev/null) && commit_in_src "$fc"; then
     echo fixed_tree_commit >&2; gd HEAD "$fc"; exit $?
   fi
-  command -v diff >/dev/null 2>&1 || exit 12
-  mkdir -p /tmp/runner-gold && ln -sfn "$src" /tmp/runner-gold/a && ln -sfn "$fixed" /tmp/runner-gold/b
-  cd /tmp/runner-gold || exit 12
-  set -f; ex=""; for x in $3; do ex="$ex -x $x"; done
-  echo fixed_tree_diff >&2; diff -ruN $ex a/ b/; rc=$?; [ "$rc" -le 1 ] && exit 0; exit "$rc"
+  t=$(mktemp -d) && g init -q "$t" || exit 12
+  export GIT_DIR="$t/.git"
+  for x in $excludes; do printf '%s\n' "$x"; done > "$GIT_DIR/info/exclude"
+  snapshot() { GIT_INDEX_FILE="$t/index.$1" GIT_WORK_TREE="$2" g -C "$2" add -A -- . \
+               && GIT_INDEX_FILE="$t/index.$1" g write-tree; }
+  a=$(snapshot buggy "$src") && b=$(snapshot fixed "$fixed") || exit 12
+  echo fixed_tree_diff >&2; g diff $opts "$a" "$b"; rc=$?; rm -rf "$t"; exit "$rc"
 fi
-if [ -n "${FIXED_COMMIT:-}" ] && command -v git >/dev/null 2>&1 \
-   && g -C "$src" cat-file -e "${FIXED_COMMIT}^{commit}" 2>/dev/null; then
+if [ -n "${FIXED_COMMIT:-}" ] && commit_in_src "$FIXED_COMMIT"; then
   echo fixed_commit >&2; gd HEAD "$FIXED_COMMIT"; exit $?
 fi
 exit 11
@@ -143,6 +150,8 @@ class AuditRow(BaseModel):
     gold_source: str | None = None
     gold_patch_sha256: str | None = None
     gold_patch_bytes: int | None = None
+    # The patch phase's header counts of the gold patch (files changed/added/deleted, hunks, binary).
+    gold_patch_counts: dict[str, int] | None = None
     empty: EvalFacts | None = None
     gold: EvalFacts | None = None
     wall_seconds: float = 0.0
@@ -173,7 +182,8 @@ def gold_patch(client: docker.DockerClient, *, image_id: str, source_dir: str, l
 
     with managed_container(
         client, image=image_id, labels=labels,
-        entrypoint=["/bin/sh", "-c", _GOLD_SCRIPT, "gold", source_dir, FIXED_TREE, _DIFF_EXCLUDES],
+        entrypoint=["/bin/sh", "-c", _GOLD_SCRIPT, "gold", source_dir, FIXED_TREE, _SNAPSHOT_EXCLUDES,
+                    *DIFF_OPTIONS],
         command=[], network_disabled=True, log_config=NO_LOG_DRIVER,
     ) as container:
         with pumping_output(container, feed, demux=True):
@@ -184,6 +194,8 @@ def gold_patch(client: docker.DockerClient, *, image_id: str, source_dir: str, l
         return "no buggy tree in the image"
     if ended.exit_code == 11:
         return "no fixed tree and no FIXED_COMMIT reachable in the buggy tree's history"
+    if ended.exit_code == 12:
+        return "the image has no working git to compute the gold patch with"
     if ended.exit_code != 0:
         return f"the gold patch could not be computed (exit {ended.exit_code})"
     if too_big:
@@ -253,6 +265,7 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
         gold_source=gold.source,
         gold_patch_sha256=hashlib.sha256(gold.data).hexdigest(),
         gold_patch_bytes=len(gold.data),
+        gold_patch_counts=count_patch(gold.data),
     )
     empty = _evaluate(client, settings, image_id, b"", labels, logs, "empty")
     if _hung_in_apply(empty):

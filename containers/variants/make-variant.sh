@@ -47,6 +47,22 @@ case "$variant" in
         sed -i 's/^STUB_FIXED_COMMIT=.*/STUB_FIXED_COMMIT=/' /app/commits.env ;;
     fixed_plain)      # a fixed tree that is a plain copy (no .git): the gold patch is a tree diff
         rm -rf /app/source_code_fixed/.git ;;
+    tree_oddities)    # fixed_plain, with what `diff -r` gets wrong: an in-tree symlink to the file the fix
+                      # changes, a changed file whose name has spaces, a file the fix deletes, binaries
+        b=/app/source_code_buggy; f=/app/source_code_fixed
+        for t in "$b" "$f"; do
+            ln -s mathops.py "$t/calc/mathops link.py"
+            mkdir -p "$t/docs" && printf 'add(a, b) returns a minus b\n' > "$t/docs/read me.txt"
+            printf 'BIN\000\001\002\377 one\n' > "$t/assets/blob one.bin"
+            printf 'LEGACY = True\n' > "$t/calc/legacy.py"
+        done
+        printf 'add(a, b) returns a plus b\n' > "$f/docs/read me.txt"
+        rm "$f/calc/legacy.py" && rm -rf "$f/.git"
+        git -C "$b" add -A
+        GIT_AUTHOR_DATE='2024-01-01T12:00:00Z' GIT_COMMITTER_DATE='2024-01-01T12:00:00Z' \
+            git -C "$b" -c user.name=stub -c user.email=stub@example.invalid -c commit.gpgsign=false \
+            commit -q -m 'Add odd files: a symlink, spaces, binaries'
+        sed -i "s/^STUB_BUGGY_COMMIT=.*/STUB_BUGGY_COMMIT=$(git -C "$b" rev-parse HEAD)/" /app/commits.env ;;
     opt_entrypoint)   # the entrypoint in /opt, nothing at /usr/local/bin (gpt-researcher_1027, pythagora_55)
         mv "$ep" /opt/run_test_entrypoint.sh ;;
     every_entrypoint) # the entrypoint where each profile looks for it: /usr/local/bin, /app (agixt_1369), /opt (superagent_953)

@@ -141,7 +141,8 @@ class PatchCounter:
         return self.counts
 
 
-def _summary(text: bytes) -> dict[str, int]:
+def count_patch(text: bytes) -> dict[str, int]:
+    """The header counts of a whole patch held in memory (the audit's gold patch)."""
     counter = PatchCounter()
     counter.feed(text)
     return counter.close()

@@ -3,6 +3,7 @@ on the stub image and its variants (containers/variants), against a real Docker 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -145,6 +146,7 @@ def test_a_profile_supplies_the_entrypoint_and_a_flag_wins(tmp_path: Path, varia
     [
         (None, (), "valid", "gold patch passes"),
         ("fixed_plain", (), "valid", "gold patch passes"),
+        ("tree_oddities", (), "valid", "gold patch passes"),
         ("no_fixed", (), "layout_unsupported", "no fixed tree"),
         ("no_apply", (), "layout_unsupported", "layout_unsupported: no apply_patch"),
         ("apply_ignores", (), "gold_fails", "apply failed"),
@@ -169,7 +171,52 @@ def test_audit_labels(
         assert row["empty"]["apply_seconds"] is not None and row["gold"]["test_seconds"] is not None
     if label == "valid":
         assert row["empty"]["official"] is False and row["gold"]["official"] is True
-        assert row["gold_source"] == ("fixed_tree_diff" if variant == "fixed_plain" else "fixed_tree_commit")
+        plain = variant in ("fixed_plain", "tree_oddities")
+        assert row["gold_source"] == ("fixed_tree_diff" if plain else "fixed_tree_commit")
+
+
+def _in_image(docker_client, image: str, script: str) -> tuple[int, bytes]:
+    """A script in a throw-away container of the image, as an operator would run it by hand."""
+    container = docker_client.containers.create(image, entrypoint=["/bin/bash", "-c", script], network_disabled=True)
+    try:
+        container.start()
+        code = container.wait(timeout=120)["StatusCode"]
+        return code, container.logs(stdout=True, stderr=False)
+    finally:
+        container.remove(force=True)
+
+
+def test_the_gold_patch_is_the_whole_git_diff_of_the_fix(stub_image: str, docker_client) -> None:
+    """Byte for byte the ``git diff BUGGY FIXED`` an operator gets with the patch phase's options
+    (full blob ids: the abbreviated ones are why a gold patch once came out 132 bytes short)."""
+    from runner.phases.patch import DIFF_OPTIONS
+
+    code, report, stderr = _audit("--tag", "stub_calc", "--image", stub_image, *NO_NET)
+    assert code == 0, stderr
+    row = report["rows"][0]
+    rc, by_hand = _in_image(docker_client, stub_image, ". /app/commits.env && cd /app/source_code_buggy && "
+                            f"git diff {' '.join(DIFF_OPTIONS)} $STUB_BUGGY_COMMIT $STUB_FIXED_COMMIT")
+    assert rc == 0 and by_hand.startswith(b"diff --git a/calc/_impl.py")
+    assert row["gold_patch_bytes"] == len(by_hand)
+    assert row["gold_patch_sha256"] == hashlib.sha256(by_hand).hexdigest()
+    assert row["gold_patch_counts"] == {"changed_file_count": 2, "added_file_count": 1, "deleted_file_count": 0,
+                                        "hunk_count": 2, "binary_change_count": 0, "sensitive_file_count": 0}
+
+
+def test_a_symlink_spaces_and_binaries_in_a_plain_fixed_tree(variant_image, docker_client) -> None:
+    """The old tree diff (``diff -ruN``) follows the in-tree symlink, and GNU patch refuses its hunk;
+    the gold patch keeps the link a link, carries the spaced name and the deletion, and applies."""
+    image = variant_image("tree_oddities")
+    code, report, stderr = _audit("--tag", "stub_calc", "--image", image, *NO_NET)
+    assert code == 0, stderr
+    row = report["rows"][0]
+    assert row["audit"] == "valid" and row["gold_source"] == "fixed_tree_diff", row
+    assert row["gold_patch_counts"] == {"changed_file_count": 4, "added_file_count": 1, "deleted_file_count": 1,
+                                        "hunk_count": 4, "binary_change_count": 0, "sensitive_file_count": 0}
+    rc, out = _in_image(docker_client, image, "mkdir /tmp/d && cd /tmp/d && ln -s /app/source_code_buggy a && "
+                        "ln -s /app/source_code_fixed b && diff -ruN -x .git a/ b/ > /tmp/p; "
+                        "cd /app/source_code_buggy && patch -p1 --batch --forward < /tmp/p")
+    assert rc != 0 and b"not a regular file" in out  # what the audit used to do labels it gold_fails
 
 
 def test_audit_of_a_profile_known_hang_runs_nothing(stub_image: str) -> None:
