@@ -7,6 +7,7 @@ that no container with the runner's labels is left.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -381,7 +382,10 @@ def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
     assert 1 <= left <= 2
     swept = run_cli("--sweep")
     assert swept.returncode == 0, swept.stderr
-    assert f'"removed": {left}' in swept.stdout
+    # A probe container whose create request the kill cut off may be rolled back by the daemon
+    # between the count and the sweep (seen once in CI: 2 counted, 1 left to remove); what
+    # matters is that the sweep takes every stray there is and nothing is left.
+    assert 1 <= json.loads(swept.stdout)["removed"] <= left, swept.stdout
     assert runner_containers(docker_client) == []
 
 
