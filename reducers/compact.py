@@ -116,6 +116,7 @@ class Evaluation(Frozen):
     # The official score is official_task_score; these say how far to trust it.
     network_reachable: bool | None = None
     network_probe: str | None = None
+    network_probed: list[str] | None = None  # which endpoints the probe tried (--eval-probe, else the index)
     needs_network: bool = False
     verdict_untrusted: bool = False
     apply_seconds: float | None = None
@@ -323,6 +324,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             network=evaluation.network,
             network_reachable=evaluation.network_reachable,
             network_probe=evaluation.network_probe,
+            network_probed=evaluation.network_probed,
             needs_network=evaluation.needs_network,
             verdict_untrusted=untrusted,
             apply_seconds=evaluation.apply_seconds,

@@ -221,6 +221,7 @@ class EvaluateResult(PhaseResult):
     test_seconds: float | None = None
     network_reachable: bool | None = None
     network_probe: str | None = None
+    network_probed: list[str] | None = None  # the endpoints the probe tried (HOST:PORT); None: not recorded
     needs_network: bool = False
     verdict_untrusted: bool = False
     apply_log_sha256: str = ""

@@ -50,7 +50,7 @@ from runner.docker_utils import (
     run_main_process,
 )
 from runner.containment import signals
-from runner.entry import RunnerArgumentParser, answer
+from runner.entry import RunnerArgumentParser, add_evaluation_flags, answer, evaluation_flags
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
 from runner.lock import job_root_lock
 from runner.phases.evaluate import (
@@ -145,6 +145,7 @@ class AuditRow(BaseModel):
     tag_profile: str | None = None
     network: str = ""
     network_reachable: bool | None = None
+    network_probed: list[str] | None = None  # the endpoints the probe tried
     needs_network: bool = False
     verdict_untrusted: bool = False
     gold_source: str | None = None
@@ -258,9 +259,10 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     if isinstance(gold, str):
         return row("layout_unsupported", gold)
     probe = probe_network(client, image_id=image_id, network=settings.eval_network.value,
-                          labels={**labels, LABEL_PHASE: NETWORK_PROBE_PHASE})
+                          labels={**labels, LABEL_PHASE: NETWORK_PROBE_PHASE}, endpoints=settings.probe_endpoints)
     base.update(
         network_reachable=probe.reachable,
+        network_probed=list(probe.endpoints),
         verdict_untrusted=bool(base["needs_network"] and probe.reachable is not True),
         gold_source=gold.source,
         gold_patch_sha256=hashlib.sha256(gold.data).hexdigest(),
@@ -366,25 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tag", action="append", help="tag to audit (repeatable)")
     parser.add_argument("--tags-file", type=Path, help="one tag a line, '#' comments")
     parser.add_argument("--jobs-dir", type=Path, help="where the audit ledger (and private logs) go")
-    parser.add_argument("--image", help="task image (one tag only; default: the tag's profile, else alfin06/agentissue-bench:<tag>)")
-    parser.add_argument("--allow-pull", action="store_true", default=None)
-    parser.add_argument("--allow-unscorable", action="store_true", default=None,
-                        help="evaluate even a tag whose profile says it cannot be scored")
-    parser.add_argument("--eval-timeout", type=float, metavar="SECONDS")
-    parser.add_argument("--eval-network", choices=["none", "bridge", "host"])
-    parser.add_argument("--source-dir")
-    parser.add_argument("--apply-cmd")
-    parser.add_argument("--test-cmd")
+    add_evaluation_flags(parser)
     parser.add_argument("--format", dest="output_format", choices=["json", "markdown"])
     return parser
 
 
 def _settings_for(tags: list[str], args: argparse.Namespace) -> list[RunnerSettings]:
-    return settings_for_tags(tags, {
-        "image": args.image, "allow_pull": args.allow_pull, "allow_unscorable": args.allow_unscorable,
-        "eval_timeout": args.eval_timeout, "eval_network": args.eval_network, "source_dir": args.source_dir,
-        "apply_cmd": args.apply_cmd, "test_cmd": args.test_cmd,
-    })
+    return settings_for_tags(tags, evaluation_flags(args))
 
 
 def _audit_one(settings: RunnerSettings, client: docker.DockerClient, logs: Path) -> AuditRow:

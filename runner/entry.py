@@ -90,7 +90,11 @@ TASK_FLAG_FIELDS = (
     "image", "codex_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
     "model", "codex_profile", "allow_unscorable",
 )
-TASK_LIST_FIELDS = ("codex_config", "patch_exclude")
+TASK_LIST_FIELDS = ("codex_config", "patch_exclude", "eval_probe")
+EVALUATION_FLAG_FIELDS = ("image", "allow_pull", "allow_unscorable", "eval_timeout", "eval_network", "source_dir",
+                          "apply_cmd", "test_cmd")
+_PROBE_HELP = ("an endpoint the evaluation must reach, probed instead of the package index pypi.org:443 "
+               "(repeatable: a mirror, a proxy; env RUNNER_EVAL_PROBE, comma-separated); recorded in the public results")
 HOST_FLAG_FIELDS = ("codex_bin", "codex_home", "allow_pull", "state_dir", "cache_dir", "cache_max_gb", "agent_user")
 
 
@@ -106,6 +110,7 @@ def add_task_flags(parser: argparse.ArgumentParser, *, many_tags: bool) -> None:
                        help="apply+test deadline (env RUNNER_EVAL_TIMEOUT; default: the profile's, else 300)")
     group.add_argument("--eval-network", choices=["none", "bridge", "host"],
                        help="evaluation network (env RUNNER_EVAL_NETWORK; default: the profile's, else bridge)")
+    group.add_argument("--eval-probe", action="append", metavar="HOST:PORT", help=_PROBE_HELP)
     group.add_argument("--source-dir", help="buggy source in the image (env CONTAINER_BUGGY_SOURCE)")
     group.add_argument("--apply-cmd", help="apply command in the container (env PATCH_APPLY_SH)")
     group.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
@@ -157,6 +162,7 @@ def add_evaluation_flags(parser: argparse.ArgumentParser) -> None:
                        help="apply+test deadline per patch (default: the profile's, else 300)")
     group.add_argument("--eval-network", choices=["none", "bridge", "host"],
                        help="evaluation network (default: the profile's, else bridge)")
+    group.add_argument("--eval-probe", action="append", metavar="HOST:PORT", help=_PROBE_HELP)
     group.add_argument("--source-dir", help="buggy source in the image")
     group.add_argument("--apply-cmd", help="apply command in the container")
     group.add_argument("--test-cmd", help="test command in the container")
@@ -168,6 +174,13 @@ def task_flags(args: argparse.Namespace) -> dict[str, object]:
     for field in TASK_LIST_FIELDS:
         values = getattr(args, field)
         flags[field] = tuple(values) if values else None
+    return flags
+
+
+def evaluation_flags(args: argparse.Namespace) -> dict[str, object]:
+    """``add_evaluation_flags``' flags as given, for ``runner.tasks.spec.settings_for_tags``."""
+    flags: dict[str, object] = {field: getattr(args, field) for field in EVALUATION_FLAG_FIELDS}
+    flags["eval_probe"] = tuple(args.eval_probe) if args.eval_probe else None
     return flags
 
 

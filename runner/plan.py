@@ -52,6 +52,7 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         "tag": settings.tag,
         "image": settings.resolved_image,
         "eval_network": settings.eval_network.value,
+        "eval_probe": list(settings.probe_endpoints),
         "tag_profile": settings.profile.name if settings.profile else None,
         "from_profile": list(settings.profile_fields),
         "codex_timeout_seconds": settings.codex_timeout,

@@ -54,7 +54,7 @@ from runner.docker_utils import (
     remove_labelled,
     runner_labels,
 )
-from runner.entry import RunnerArgumentParser, add_evaluation_flags, answer
+from runner.entry import RunnerArgumentParser, add_evaluation_flags, answer, evaluation_flags
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode, ImageMissingError
 from runner.ledger import JournaledLedger
 from runner.lock import job_root_lock
@@ -117,6 +117,7 @@ class EvalRow(Frozen):
     image_digest: str | None = None
     network: str
     network_reachable: bool | None = None
+    network_probed: list[str] | None = None  # the endpoints the probe tried
     needs_network: bool = False
     verdict_untrusted: bool = False
 
@@ -306,7 +307,7 @@ class Scorer:
                 plan.refusal = (UnitState.UNSCORABLE, f"image: {layout}")
                 return plan
             plan.probe = probes.submit(self._probe, plan.image_id, settings.eval_network.value,
-                                       {**labels, LABEL_PHASE: NETWORK_PROBE_PHASE})
+                                       {**labels, LABEL_PHASE: NETWORK_PROBE_PHASE}, settings.probe_endpoints)
         except ImageMissingError:
             plan.refusal = (UnitState.INFRA_FAILED, "image_missing")
         except EnvironmentNotReadyError as e:
@@ -315,8 +316,8 @@ class Scorer:
             plan.refusal = (UnitState.INFRA_FAILED, f"docker_error: {type(e).__name__}")
         return plan
 
-    def _probe(self, image_id: str, network: str, labels: dict[str, str]) -> NetworkProbe:
-        return probe_network(self.client(), image_id=image_id, network=network, labels=labels)
+    def _probe(self, image_id: str, network: str, labels: dict[str, str], endpoints: tuple[str, ...]) -> NetworkProbe:
+        return probe_network(self.client(), image_id=image_id, network=network, labels=labels, endpoints=endpoints)
 
     def _row(self, unit: PatchUnit, plan: TagPlan, **facts: Any) -> EvalRow:
         return EvalRow(
@@ -375,7 +376,7 @@ class Scorer:
             apply_exit_code=run.apply_exit_code, test_exit_code=run.test_exit_code, timed_out=run.timed_out,
             apply_seconds=run.apply_seconds, test_seconds=run.test_seconds,
             wall_seconds=round(time.monotonic() - started, 3), network_reachable=probe.reachable,
-            verdict_untrusted=plan.needs_network and probe.reachable is not True,
+            network_probed=list(probe.endpoints), verdict_untrusted=plan.needs_network and probe.reachable is not True,
         )
 
     def run(self, units: list[PatchUnit], settings: dict[str, RunnerSettings], progress: Progress) -> list[EvalRow]:
@@ -525,11 +526,7 @@ def run_evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     tags = list(dict.fromkeys(unit.tag for unit in units))
     if args.image and len(tags) > 1:
         raise BadInputError("--image goes with one tag; each tag of a patches dir gets its own image")
-    settings = {one.tag: one for one in settings_for_tags(tags, {
-        "image": args.image, "allow_pull": args.allow_pull, "allow_unscorable": args.allow_unscorable,
-        "eval_timeout": args.eval_timeout, "eval_network": args.eval_network, "source_dir": args.source_dir,
-        "apply_cmd": args.apply_cmd, "test_cmd": args.test_cmd,
-    })}
+    settings = {one.tag: one for one in settings_for_tags(tags, evaluation_flags(args))}
     jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir")
     ledger, rows, skipped = score_units(jobs_dir, units, settings, workers=args.workers)
     document = ledger.document()

@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from reducers.models import Frozen
 from runner.profiles import TagProfile, profile_for
@@ -53,6 +53,14 @@ SAFE_PROFILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 CODEX_CONFIG_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 SAFE_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 DEFAULT_CANARY_BASE_IMAGE = "debian:bookworm-slim"
+# What the evaluation's network probe must reach: the public package index the tasks install
+# from, unless the operator declares its own (a wheelhouse, a proxy) with --eval-probe.
+DEFAULT_PROBE_ENDPOINTS = ("pypi.org:443",)
+MAX_PROBE_ENDPOINTS = 8
+# HOST:PORT: a DNS name or an IPv4 address, or an IPv6 address in brackets. Nothing else (no
+# user@, no scheme, no path): the endpoint is recorded in the compact run.
+_PROBE_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?"
+                         r"|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
 class OutputFormat(str, Enum):
@@ -92,6 +100,7 @@ ENV_OF_FIELD: dict[str, str] = {
     "codex_home": "CODEX_HOME",
     "canary_base_image": "RUNNER_CANARY_BASE_IMAGE",
     "allow_unscorable": "RUNNER_ALLOW_UNSCORABLE",
+    "eval_probe": "RUNNER_EVAL_PROBE",  # comma-separated HOST:PORT
 }
 # The reference script's own variables (they keep their names here).
 REFERENCE_ENV = frozenset(ENV_OF_FIELD[field] for field in (
@@ -181,6 +190,32 @@ def _patch_patterns(value: tuple[str, ...]) -> tuple[str, ...]:
     return value
 
 
+def _endpoint_list(value: object) -> object:
+    """The environment's form, ``HOST:PORT,HOST:PORT``, as the flags' list."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _probe_endpoints(value: tuple[str, ...]) -> tuple[str, ...]:
+    if len(value) > MAX_PROBE_ENDPOINTS:
+        raise ValueError(f"at most {MAX_PROBE_ENDPOINTS} endpoints")
+    normal = []
+    for item in value:
+        host, sep, port = item.rpartition(":")
+        if not sep or len(host) > 253 or not _PROBE_HOST.fullmatch(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT (a host name, an IPv4 address or [an IPv6 address], "
+                             "and a port from 1 to 65535)")
+        normal.append(f"{host.lower().rstrip('.')}:{int(port)}")
+    return tuple(dict.fromkeys(normal))
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """(host, port) of a validated endpoint; an IPv6 host loses its brackets (bash's /dev/tcp takes it bare)."""
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 Tag = Annotated[str, AfterValidator(_tag)]
 ImageRef = Annotated[str, AfterValidator(_image)]
 ContainerPath = Annotated[str, AfterValidator(_container_path)]
@@ -192,6 +227,7 @@ ModelName = Annotated[str, AfterValidator(_model)]
 ProfileName = Annotated[str, AfterValidator(_profile)]
 CodexOverrides = Annotated[tuple[str, ...], AfterValidator(_codex_overrides)]
 PatchPatterns = Annotated[tuple[str, ...], AfterValidator(_patch_patterns)]
+ProbeEndpoints = Annotated[tuple[str, ...], BeforeValidator(_endpoint_list), AfterValidator(_probe_endpoints)]
 Timeout = Annotated[float, Field(ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)]
 CacheGigabytes = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 
@@ -230,12 +266,18 @@ class RunnerSettings(Frozen):
     canary_base_image: ImageRef = DEFAULT_CANARY_BASE_IMAGE
     # Evaluate a tag that precheck would refuse as unscorable; recorded in the compact run.
     allow_unscorable: bool = False
+    # What the evaluation's network probe must reach (empty: the package index, DEFAULT_PROBE_ENDPOINTS).
+    eval_probe: ProbeEndpoints = ()
     # The settings the tag's profile supplied (the operator gave none), for the plan to show.
     profile_fields: tuple[str, ...] = ()
 
     @property
     def resolved_image(self) -> str:
         return self.image or f"{IMAGE_REPOSITORY}:{self.tag}"
+
+    @property
+    def probe_endpoints(self) -> tuple[str, ...]:
+        return self.eval_probe or DEFAULT_PROBE_ENDPOINTS
 
     @property
     def profile(self) -> TagProfile | None:

@@ -51,7 +51,8 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
     # In the task's own (private) log: what this task runs with, whichever driver handed it over.
     log.info("task_settings_resolved", tag=settings.tag, image=settings.resolved_image, source_dir=settings.source_dir,
              apply_cmd=settings.apply_cmd, test_cmd=settings.test_cmd, eval_network=settings.eval_network.value,
-             eval_timeout=settings.eval_timeout, codex_timeout=settings.codex_timeout, model=settings.model,
+             eval_timeout=settings.eval_timeout, eval_probe=list(settings.probe_endpoints),
+             codex_timeout=settings.codex_timeout, model=settings.model,
              codex_profile=settings.codex_profile, codex_config=list(settings.codex_config),
              patch_exclude=list(settings.patch_exclude), from_profile=list(settings.profile_fields))
     result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))
@@ -75,7 +76,8 @@ def evaluate_unit(request: TaskRequest) -> TaskOutcome:
     patch = PatchUnit(tag=settings.tag, directory=unit.directory, name=unit.name, path=request.job_root / unit.name,
                       sha256=unit.sha256, size=unit.size, attempt=unit.attempt, rejection=unit.rejection)
     log.info("evaluation_unit_settings", tag=settings.tag, image=settings.resolved_image, apply_cmd=settings.apply_cmd,
-             test_cmd=settings.test_cmd, eval_network=settings.eval_network.value, eval_timeout=settings.eval_timeout)
+             test_cmd=settings.test_cmd, eval_network=settings.eval_network.value, eval_timeout=settings.eval_timeout,
+             eval_probe=list(settings.probe_endpoints))
     ledger, _rows, _skipped = score_units(request.job_root, [patch], {settings.tag: settings})
     row = ledger.rows[patch.key]
     failed = row.state is UnitState.INFRA_FAILED

@@ -37,6 +37,7 @@ from runner.settings import (
     ModelName,
     OutputFormat,
     PatchPatterns,
+    ProbeEndpoints,
     ProfileName,
     RunnerSettings,
     ShellLine,
@@ -65,6 +66,7 @@ class TaskSpec(Frozen):
     codex_config: CodexOverrides = ()
     patch_exclude: PatchPatterns = ()
     allow_unscorable: bool = False
+    eval_probe: ProbeEndpoints = ()  # empty: the package index
 
     def for_tag(self, tag: str) -> TaskSpec:
         """The same settings for another tag (a batch's, a suite's).

@@ -97,7 +97,8 @@ def test_submit_hands_the_model_codex_config_and_patch_excludes_to_the_workers_c
     jobs = fleet.jobs("host-a")
     worker = fleet.worker("host-a", jobs)
     submitted = fleet.submit("pinned", "--tag", "t_pinned", "--model", "gpt-pinned-1",
-                             "--codex-config", "model_reasoning_effort=low", "--patch-exclude", "fake-codex-argv.json")
+                             "--codex-config", "model_reasoning_effort=low", "--patch-exclude", "fake-codex-argv.json",
+                             "--eval-probe", "127.0.0.1:9")
     assert submitted.returncode == 0, submitted.stderr
     row = fleet.wait_state("pinned", "t_pinned/1", "done", timeout=180)
     assert row["resolved"] is True
@@ -110,5 +111,6 @@ def test_submit_hands_the_model_codex_config_and_patch_excludes_to_the_workers_c
     assert "fake-codex-argv.json" not in patch and "calc/mathops.py" in patch
     run = read_json(job / "benchmark_run.compact.json")
     assert run["codex"]["model"] == "gpt-pinned-1" and run["artifact_files_left_out"] >= 1
+    assert run["evaluation"]["network_probed"] == ["127.0.0.1:9"]  # the declared mirror, not the index
     code, _stdout, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]

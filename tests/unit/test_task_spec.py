@@ -38,6 +38,7 @@ GIVEN = {
     "eval_network": "none", "source_dir": "/src/x", "apply_cmd": "a apply_patch b", "test_cmd": "a test_patched b",
     "model": "m-1", "codex_profile": "ci", "codex_config": ("a=1",), "patch_exclude": ("dist/",),
     "allow_unscorable": True, "allow_pull": True, "cache_max_gb": 3, "agent_user": "agent",
+    "eval_probe": ("mirror.internal:3141", "10.0.0.2:80"),
 }
 
 
@@ -105,7 +106,8 @@ SAMPLE = {"TAG": "t_9", "IMAGE": "img:9", "CODEX_BIN": "/x/codex", "ALLOW_DOCKER
           "RUNNER_FORMAT": "markdown", "JOB_ROOT": "/jobs/9", "RUNNER_STATE_DIR": "/state/9",
           "RUNNER_CACHE_DIR": "/cache/9", "RUNNER_CACHE_MAX_GB": "9", "RUNNER_AGENT_USER": "agent9",
           "RUNNER_MODEL": "model-9", "RUNNER_CODEX_PROFILE": "p9", "CODEX_HOME": "/home/9/.codex",
-          "RUNNER_CANARY_BASE_IMAGE": "base:9", "RUNNER_ALLOW_UNSCORABLE": "1"}
+          "RUNNER_CANARY_BASE_IMAGE": "base:9", "RUNNER_ALLOW_UNSCORABLE": "1",
+          "RUNNER_EVAL_PROBE": "mirror9.internal:3141, 10.0.0.9:80"}
 
 
 def test_one_table_names_every_settings_variable() -> None:

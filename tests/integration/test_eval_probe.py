@@ -1,0 +1,123 @@
+"""A declared mirror (``--eval-probe HOST:PORT``): the evaluation's network probe tries what the
+operator names instead of the package index, every endpoint must answer, and the public results
+say which endpoints were tried.
+
+The mirror is a real TCP listener in a container of this engine (the stub image's python), reached
+from the evaluation's bridge network by its address; a port nobody listens on is the dead mirror.
+``autogen_1174``'s profile says its test needs the network, so an unreached mirror makes the verdict
+untrusted, exactly as an unreached package index does.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SESSION, make_job_root, read_json, run_cli, stub_args
+
+pytestmark = pytest.mark.docker
+
+NEEDS_NETWORK_TAG = "autogen_1174"  # needs_network = true, scorable, the default entrypoint
+MIRROR_PORT = 3141
+DEAD_PORT = 9  # nothing listens there
+_LISTEN = (
+    "import socket\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    f"s.bind(('0.0.0.0', {MIRROR_PORT})); s.listen(64)\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.close()\n"
+)
+
+
+@pytest.fixture
+def mirror(docker_client, stub_image: str):
+    """The address of a listener on this engine's default bridge: the operator's own package mirror."""
+    container = docker_client.containers.run(
+        stub_image, entrypoint=["python3", "-c", _LISTEN], detach=True, network_mode="bridge",
+        name=f"mirror-{SESSION}", labels={"io.agentissue-runner.test": "mirror"},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        address = ""
+        while time.monotonic() < deadline:
+            container.reload()
+            address = container.attrs["NetworkSettings"].get("IPAddress") or ""
+            if address:
+                try:
+                    socket.create_connection((address, MIRROR_PORT), timeout=1).close()
+                    break
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the mirror never listened: {container.logs()[-500:]!r}")
+        yield address
+    finally:
+        container.remove(force=True)
+
+
+def test_execute_probes_the_declared_mirror_and_records_it(
+    tmp_path: Path, stub_image: str, mirror: str, no_leaked_containers: None
+) -> None:
+    reached = make_job_root(tmp_path / "reached")
+    args = stub_args(reached, stub_image)
+    args[args.index("stub_calc")] = NEEDS_NETWORK_TAG
+    done = run_cli("--execute", *args, "--eval-network", "bridge", "--eval-probe", f"{mirror}:{MIRROR_PORT}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = read_json(reached / "benchmark_run.compact.json")
+    evaluation = run["evaluation"]
+    assert evaluation["network_probed"] == [f"{mirror}:{MIRROR_PORT}"]  # the index was not asked
+    assert (evaluation["network_probe"], evaluation["network_reachable"]) == ("reachable", True)
+    assert evaluation["needs_network"] is True and run["verdict_untrusted"] is False
+    assert run["official_task_score"]["resolved"] is True
+
+    # A second endpoint that does not answer: every declared endpoint must be reached.
+    dead = make_job_root(tmp_path / "dead")
+    args = stub_args(dead, stub_image)
+    args[args.index("stub_calc")] = NEEDS_NETWORK_TAG
+    done = run_cli("--execute", *args, "--eval-network", "bridge", "--eval-probe", f"{mirror}:{MIRROR_PORT}",
+                   "--eval-probe", f"{mirror}:{DEAD_PORT}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = read_json(dead / "benchmark_run.compact.json")
+    assert run["evaluation"]["network_probed"] == [f"{mirror}:{MIRROR_PORT}", f"{mirror}:{DEAD_PORT}"]
+    assert (run["evaluation"]["network_probe"], run["evaluation"]["network_reachable"]) == ("unreachable", False)
+    assert run["verdict_untrusted"] is True
+    (probed,) = [json.loads(line) for line in done.stderr.splitlines() if '"event": "network_probed"' in line]
+    assert probed["unreached"] == f"{mirror}:{DEAD_PORT}"
+
+
+def test_evaluate_and_the_audit_take_the_declared_mirror(
+    tmp_path: Path, stub_image: str, mirror: str, no_leaked_containers: None
+) -> None:
+    patches = tmp_path / "patches" / NEEDS_NETWORK_TAG
+    patches.mkdir(parents=True)
+    (patches / "golden.patch").write_bytes((REPO / "containers" / "stub" / "golden.patch").read_bytes())
+    out = tmp_path / "out"
+    done = run_cli("evaluate", "--patches-dir", str(tmp_path / "patches"), "--jobs-dir", str(out),
+                   "--image", stub_image, "--eval-network", "bridge", "--eval-probe", f"{mirror}:{MIRROR_PORT}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = read_json(out / "eval-ledger.json")["rows"]
+    assert row["network_probed"] == [f"{mirror}:{MIRROR_PORT}"] and row["network_reachable"] is True
+    assert row["resolved"] is True and row["verdict_untrusted"] is False
+
+    # The variable, as the flag: a dead mirror there makes the audit's verdict untrusted.
+    audit = run_cli("audit", "--tag", NEEDS_NETWORK_TAG, "--image", stub_image, "--jobs-dir", str(tmp_path / "audit"),
+                    "--eval-network", "bridge", env={"RUNNER_EVAL_PROBE": f"{mirror}:{DEAD_PORT}"})
+    assert audit.returncode == 0, audit.stderr[-3000:]
+    (audited,) = json.loads(audit.stdout)["rows"]
+    assert audited["network_probed"] == [f"{mirror}:{DEAD_PORT}"] and audited["network_reachable"] is False
+    assert audited["verdict_untrusted"] is True and audited["audit"] == "valid"
+
+
+@pytest.mark.parametrize("bad", ["pypi.org", "user@mirror:3141", "mirror:0", "mirror:70000", "http://mirror:80",
+                                 "mirror:80/simple"])
+def test_a_bad_endpoint_is_refused_before_any_work(tmp_path: Path, stub_image: str, bad: str) -> None:
+    job = make_job_root(tmp_path)
+    done = run_cli("--execute", *stub_args(job, stub_image), "--eval-probe", bad)
+    assert done.returncode == 2
+    assert "--eval-probe: must be HOST:PORT" in done.stderr and bad not in done.stderr
+    assert sorted(p.name for p in job.iterdir()) == ["context"]  # nothing made, nothing lost
