@@ -179,8 +179,10 @@ def _remove(container: Container) -> None:
 
 
 def _labelled(client: docker.DockerClient, labels: dict[str, str]) -> list[Container]:
+    """docker-py inspects each listed container: one removed meanwhile (another run's cleanup, the
+    daemon finishing a removal) is skipped, not a 404 that ends the sweep or a worker's start."""
     filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
-    return client.containers.list(all=True, filters=filters)
+    return client.containers.list(all=True, filters=filters, ignore_removed=True)
 
 
 def remove_labelled(client: docker.DockerClient, labels: dict[str, str]) -> int:

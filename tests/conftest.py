@@ -184,7 +184,7 @@ def stub_image(docker_client) -> Iterator[str]:
 def runner_containers(client) -> list:
     """Runner containers of this test session only: not a real run's, nor another session's."""
     labels = [f"{LABEL_MANAGED}=true", f"{LABEL_SESSION}={TEST_SESSION}"]
-    return client.containers.list(all=True, filters={"label": labels})
+    return client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
 
 
 @pytest.fixture

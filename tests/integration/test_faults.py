@@ -389,6 +389,31 @@ def test_a_killed_run_leaves_strays_that_the_rerun_and_sweep_remove(
     assert runner_containers(docker_client) == []
 
 
+def test_a_container_removed_while_the_sweep_inspects_it_does_not_end_the_sweep(stub_image: str, docker_client) -> None:
+    """Seen in CI: a worker's start-up sweep died of a 404 for a container whose removal completed
+    between the daemon's list and docker-py's inspect of each listed container."""
+    import threading
+
+    import docker
+
+    from runner.docker_utils import LABEL_PID_START, runner_labels, sweep_strays
+    from tests.docker_proxy import CuttableDockerProxy
+
+    dead_owner = {**runner_labels(job_id="sweep-race", run_id="r", phase="evaluate"), LABEL_PID_START: "0"}
+    gone, stray = (docker_client.containers.create(stub_image, command=["true"], labels=dead_owner) for _ in range(2))
+    proxy = CuttableDockerProxy(hold_on=f"/containers/{gone.id}/json".encode(), hold_seconds=1.5)
+    remover = threading.Thread(target=lambda: proxy.held.wait(30) and gone.remove(force=True))
+    remover.start()
+    try:
+        removed, kept = sweep_strays(docker.DockerClient(base_url=proxy.docker_host), job_id="sweep-race")
+    finally:
+        remover.join()
+        proxy.close()
+    assert proxy.held.is_set(), "the sweep never inspected the container"
+    assert (removed, kept) == (1, 0)
+    assert runner_containers(docker_client) == []
+
+
 def test_sweep_keeps_the_containers_of_live_runs(job_root: Path, stub_image: str, docker_client) -> None:
     running = RunningCli("--execute", *stub_args(job_root, stub_image, "--test-cmd", "sleep 600", "--eval-timeout", "20"))
     running.wait_for("evaluate_container_started")
