@@ -47,8 +47,12 @@ def test_a_batch_killed_with_sigkill_leaves_tasks_that_end_cleanly_and_a_rerun_t
     tags = ["k_0", "k_1"]
     jobs = _jobs(tmp_path, tags, "fake-codex-mode: hang\n")
     running = RunningCli(*_batch_args(jobs, stub_image, tags, "--workers", "2"))
+    # Killed once both codex processes run: the batch hears of the codex phase a moment before
+    # the task starts codex and logs it, and a kill in between is a different case (no codex yet).
+    logs = [jobs / ".batch-logs" / f"{tag}.log" for tag in tags]
     deadline = time.monotonic() + 60
-    while sum('"task_phase": "codex"' in line for line in running.lines) < 2 and time.monotonic() < deadline:
+    while not all(log.exists() and '"codex_started"' in log.read_text() for log in logs):
+        assert time.monotonic() < deadline, "the tasks never started codex"
         time.sleep(0.1)
     pids = [int((jobs / tag / ".runner.lock").read_text()) for tag in tags]
     running.process.kill()
