@@ -117,6 +117,7 @@ class Evaluation(Frozen):
     network_reachable: bool | None = None
     network_probe: str | None = None
     network_probed: list[str] | None = None  # which endpoints the probe tried (--eval-probe, else the index)
+    network_probe_remembered: bool = False  # the answer was the host's of less than a minute ago
     needs_network: bool = False
     verdict_untrusted: bool = False
     apply_seconds: float | None = None
@@ -325,6 +326,7 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             network_reachable=evaluation.network_reachable,
             network_probe=evaluation.network_probe,
             network_probed=evaluation.network_probed,
+            network_probe_remembered=evaluation.network_probe_remembered,
             needs_network=evaluation.needs_network,
             verdict_untrusted=untrusted,
             apply_seconds=evaluation.apply_seconds,

@@ -222,6 +222,7 @@ class EvaluateResult(PhaseResult):
     network_reachable: bool | None = None
     network_probe: str | None = None
     network_probed: list[str] | None = None  # the endpoints the probe tried (HOST:PORT); None: not recorded
+    network_probe_remembered: bool = False  # the host's answer of less than a minute ago, not a probe of this run
     needs_network: bool = False
     verdict_untrusted: bool = False
     apply_log_sha256: str = ""

@@ -41,6 +41,7 @@ from runner.tags import read_tags_file, unique_tags
 from runner.context import new_run_id
 from runner.docker_utils import (
     LABEL_PHASE,
+    NO_LOG_DRIVER,
     connect,
     ensure_image,
     image_identity,
@@ -53,14 +54,9 @@ from runner.containment import signals
 from runner.entry import RunnerArgumentParser, add_evaluation_flags, answer, evaluation_flags
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
 from runner.lock import job_root_lock
-from runner.phases.evaluate import (
-    NETWORK_PROBE_PHASE,
-    NO_LOG_DRIVER,
-    EvalRun,
-    EvalSinks,
-    probe_network,
-    run_apply_and_test,
-)
+from runner.journal import default_state_dir
+from runner.network_probe import NETWORK_PROBE_PHASE, ProbeMemory, probe_once
+from runner.phases.evaluate import EvalRun, EvalSinks, run_apply_and_test
 from runner.phases.patch import DIFF_OPTIONS, count_patch
 from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for, publish
@@ -258,8 +254,11 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     gold = gold_patch(client, image_id=image_id, source_dir=settings.source_dir, labels=labels)
     if isinstance(gold, str):
         return row("layout_unsupported", gold)
-    probe = probe_network(client, image_id=image_id, network=settings.eval_network.value,
-                          labels={**labels, LABEL_PHASE: NETWORK_PROBE_PHASE}, endpoints=settings.probe_endpoints)
+    probe = probe_once(
+        client, ProbeMemory.in_state_dir(settings.state_dir or default_state_dir()), needs_network=base["needs_network"],
+        image_id=image_id, network=settings.eval_network.value, labels={**labels, LABEL_PHASE: NETWORK_PROBE_PHASE},
+        endpoints=settings.probe_endpoints,
+    )
     base.update(
         network_reachable=probe.reachable,
         network_probed=list(probe.endpoints),

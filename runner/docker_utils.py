@@ -26,6 +26,7 @@ import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.images import Image
+from docker.types import LogConfig
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
 from urllib3.exceptions import ProtocolError
@@ -35,6 +36,10 @@ from runner.containment import signals
 from runner.containment.run_owner import Owner, current_owner
 
 log = structlog.get_logger(__name__)
+
+# Containers whose output the runner reads through an attach as they run (or needs no output
+# of, as the network probe): a log driver would only keep a second, capped copy on the daemon's disk.
+NO_LOG_DRIVER = LogConfig(type=LogConfig.types.NONE)
 
 LABEL_NAMESPACE = "io.agentissue-runner"
 LABEL_MANAGED = f"{LABEL_NAMESPACE}.managed"

@@ -60,7 +60,9 @@ from runner.ledger import JournaledLedger
 from runner.lock import job_root_lock
 from runner.logs import configure_logging
 from runner.patch_sets import PatchUnit, discover, single
-from runner.phases.evaluate import NETWORK_PROBE_PHASE, EvalSinks, NetworkProbe, probe_network, run_apply_and_test
+from runner.journal import default_state_dir
+from runner.network_probe import NETWORK_PROBE_PHASE, NetworkProbe, ProbeMemory, probe_once
+from runner.phases.evaluate import EvalSinks, run_apply_and_test
 from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for
 from runner.settings import RunnerSettings
@@ -306,8 +308,7 @@ class Scorer:
             if layout is not None and not settings.allow_unscorable:
                 plan.refusal = (UnitState.UNSCORABLE, f"image: {layout}")
                 return plan
-            plan.probe = probes.submit(self._probe, plan.image_id, settings.eval_network.value,
-                                       {**labels, LABEL_PHASE: NETWORK_PROBE_PHASE}, settings.probe_endpoints)
+            plan.probe = probes.submit(self._probe, settings, plan.image_id, {**labels, LABEL_PHASE: NETWORK_PROBE_PHASE})
         except ImageMissingError:
             plan.refusal = (UnitState.INFRA_FAILED, "image_missing")
         except EnvironmentNotReadyError as e:
@@ -316,8 +317,11 @@ class Scorer:
             plan.refusal = (UnitState.INFRA_FAILED, f"docker_error: {type(e).__name__}")
         return plan
 
-    def _probe(self, image_id: str, network: str, labels: dict[str, str], endpoints: tuple[str, ...]) -> NetworkProbe:
-        return probe_network(self.client(), image_id=image_id, network=network, labels=labels, endpoints=endpoints)
+    def _probe(self, settings: RunnerSettings, image_id: str, labels: dict[str, str]) -> NetworkProbe:
+        return probe_once(self.client(), ProbeMemory.in_state_dir(settings.state_dir or default_state_dir()),
+                          needs_network=bool(settings.profile and settings.profile.needs_network),
+                          image_id=image_id, network=settings.eval_network.value, labels=labels,
+                          endpoints=settings.probe_endpoints)
 
     def _row(self, unit: PatchUnit, plan: TagPlan, **facts: Any) -> EvalRow:
         return EvalRow(

@@ -18,11 +18,12 @@ Invariants:
 - the gate reports apply's own exit code on a line tagged with a per-run nonce,
   on both streams, before the test starts; that only splits the records (the
   line is in no log), it never decides a verdict;
-- a probe through the same network mode, started before the evaluation and
-  awaited before the verdict, records whether a container reaches the package
-  index (or every endpoint ``--eval-probe`` declares instead), and which it tried;
-  a tag whose profile needs the network, evaluated without it, is
-  ``verdict_untrusted``;
+- for a tag whose profile needs the network, a probe through the same network
+  mode, run beside the evaluation and awaited before the verdict, records whether
+  a container reaches the package index (or every endpoint ``--eval-probe``
+  declares instead), which it tried, and whether the answer was the host's of less
+  than a minute ago (``runner.network_probe``); such a tag evaluated without the
+  network is ``verdict_untrusted``. A tag that needs none is not probed;
 - one deadline (``--eval-timeout``) covers apply and test; past it the
   container is killed; it is always removed.
 """
@@ -41,15 +42,16 @@ from typing import IO
 import docker
 import structlog
 from docker.errors import DockerException
-from docker.types import LogConfig
 from requests.exceptions import RequestException
 
 from reducers.models import EvaluateResult, Phase
 from runner.atomic import open_private
 from runner.context import JobContext, sha256_file
-from runner.docker_utils import LABEL_PHASE, copy_in, managed_container, pumping_output, run_main_process
+from runner.docker_utils import LABEL_PHASE, NO_LOG_DRIVER, copy_in, managed_container, pumping_output, run_main_process
 from runner.errors import PhaseError
-from runner.settings import DEFAULT_PROBE_ENDPOINTS, PATCH_IN_CONTAINER, split_endpoint
+from runner.journal import default_state_dir
+from runner.network_probe import NETWORK_PROBE_PHASE, ProbeMemory, probe_once
+from runner.settings import PATCH_IN_CONTAINER
 from runner.verdict import official_verdict, string_verdict
 
 log = structlog.get_logger(__name__)
@@ -68,65 +70,10 @@ GATE_SCRIPT = (
     'echo "' + APPLY_STATUS + ':$3:$status" >&2; '
     '[ "$status" -eq 0 ] || exit "$status"; exec bash -c "$2"'
 )
-# The output is read through an attach while the container runs; a log driver would only
-# keep a second, capped copy on the daemon's disk.
-NO_LOG_DRIVER = LogConfig(type=LogConfig.types.NONE)
 APPLY_LOG = "eval-apply.log"  # apply's stdout
 TEST_LOG = "eval-test.log"  # the test's stdout
 APPLY_STDERR_LOG = "eval-apply.stderr.log"
 TEST_STDERR_LOG = "eval-test.stderr.log"
-
-# The network probe: can a container of the image, in the evaluation's network mode, open a
-# TCP connection to each endpoint the tasks install from (the package index, or the operator's
-# own mirror: --eval-probe)? bash's /dev/tcp needs no tool the image may lack; exit 3 means the
-# image cannot say (no bash or no timeout), exit 10+i that endpoint i was not reached.
-NETWORK_PROBE_SECONDS = 3
-NETWORK_PROBE_PHASE = "evaluate-network-probe"
-_FIRST_UNREACHED_EXIT = 10
-_NETWORK_PROBE_SCRIPT = (
-    'command -v bash >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || exit 3; '
-    'seconds=$1; shift; i=0; while [ $# -ge 2 ]; do '
-    'timeout "$seconds" bash -c \'exec 3<>"/dev/tcp/$0/$1"\' "$1" "$2" >/dev/null 2>&1 || exit $((' +
-    str(_FIRST_UNREACHED_EXIT) + ' + i)); i=$((i + 1)); shift 2; done'
-)
-
-
-@dataclass(frozen=True)
-class NetworkProbe:
-    reachable: bool | None  # None: the probe could not tell
-    detail: str  # reachable | unreachable | skipped_network_none | probe_unavailable | probe_failed
-    endpoints: tuple[str, ...] = ()  # what it tried to reach (HOST:PORT), in order; none under network none
-    unreached: str | None = None  # the first endpoint it could not reach
-
-
-def probe_network(client: docker.DockerClient, *, image_id: str, network: str, labels: dict[str, str],
-                  endpoints: tuple[str, ...] = DEFAULT_PROBE_ENDPOINTS) -> NetworkProbe:
-    """Whether a container of ``image_id`` in ``network`` reaches every one of ``endpoints``; never raises for a probe failure."""
-    if network == "none":
-        return NetworkProbe(reachable=False, detail="skipped_network_none")
-    pairs = [str(part) for endpoint in endpoints for part in split_endpoint(endpoint)]
-    try:
-        with managed_container(
-            client,
-            image=image_id,
-            labels=labels,
-            entrypoint=["/bin/sh", "-c", _NETWORK_PROBE_SCRIPT, "probe", str(NETWORK_PROBE_SECONDS), *pairs],
-            command=[],
-            network_mode=network,
-            log_config=NO_LOG_DRIVER,
-        ) as container:
-            ended = run_main_process(container, timeout=NETWORK_PROBE_SECONDS * len(endpoints) + 20)
-    except (DockerException, RequestException) as e:
-        log.warning("network_probe_failed", error_type=type(e).__name__)
-        return NetworkProbe(reachable=None, detail="probe_failed", endpoints=endpoints)
-    if ended.exit_code == 0:
-        return NetworkProbe(reachable=True, detail="reachable", endpoints=endpoints)
-    if ended.exit_code == 3:
-        return NetworkProbe(reachable=None, detail="probe_unavailable", endpoints=endpoints)
-    index = (ended.exit_code or 0) - _FIRST_UNREACHED_EXIT
-    unreached = endpoints[index] if 0 <= index < len(endpoints) else None
-    return NetworkProbe(reachable=False, detail="unreachable", endpoints=endpoints, unreached=unreached)
-
 
 def _patch_archive(patch: Path | bytes) -> bytes:
     """A tar holding the patch's directory and the patch, to unpack at ``/``."""
@@ -296,9 +243,9 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
     profile = settings.profile
     needs_network = bool(profile and profile.needs_network)
     logs = {name: job.logs / name for name in (APPLY_LOG, TEST_LOG, APPLY_STDERR_LOG, TEST_STDERR_LOG)}
-    # The probe starts first, in its own container (its own phase label, so that a half-made
-    # container of one is never taken for the other), and runs beside the evaluation: its answer
-    # is in hand before the verdict is recorded, and a blackholed network costs no wall time.
+    # The probe runs beside the evaluation, in its own container (its own phase label, so that a
+    # half-made container of one is never taken for the other): its answer is in hand before the
+    # verdict is recorded, and a blackholed network costs no wall time.
     probe_labels = {**ctx.labels(Phase.EVALUATE), LABEL_PHASE: NETWORK_PROBE_PHASE}
     with (
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="network-probe") as pool,
@@ -308,8 +255,9 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         open_private(logs[TEST_STDERR_LOG]) as test_err,
     ):
         patch_sha256 = sha256_file(job.patch)  # only the runner writes Patches/ once codex has ended
-        probing = pool.submit(probe_network, client, image_id=image_id, network=network, labels=probe_labels,
-                              endpoints=settings.probe_endpoints)
+        memory = ProbeMemory.in_state_dir(settings.state_dir or default_state_dir())
+        probing = pool.submit(probe_once, client, memory, needs_network=needs_network, image_id=image_id,
+                              network=network, labels=probe_labels, endpoints=settings.probe_endpoints)
         run = run_apply_and_test(
             client,
             image_id=image_id,
@@ -323,7 +271,7 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         )
         probe = probing.result()
     log.info("network_probed", network=network, reachable=probe.reachable, detail=probe.detail,
-             endpoints=list(probe.endpoints), unreached=probe.unreached)
+             endpoints=list(probe.endpoints), unreached=probe.unreached, remembered=probe.remembered)
     stdout_logs = [logs[APPLY_LOG], logs[TEST_LOG]]  # the official command's stdout, in order
     by_exit = run.exit_code_verdict
     by_strings = string_verdict(stdout_logs)
@@ -348,6 +296,7 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         network_reachable=probe.reachable,
         network_probe=probe.detail,
         network_probed=list(probe.endpoints),
+        network_probe_remembered=probe.remembered,
         needs_network=needs_network,
         verdict_untrusted=untrusted,
         apply_log_sha256=sha256_file(logs[APPLY_LOG]),

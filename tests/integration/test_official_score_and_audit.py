@@ -68,7 +68,7 @@ def test_the_stub_resolves_by_the_official_rule_and_records_the_network(job_root
 
 def test_the_network_probe_goes_through_the_evaluations_network_mode(stub_image: str, docker_client) -> None:
     from runner.docker_utils import runner_labels
-    from runner.phases.evaluate import probe_network
+    from runner.network_probe import probe_network
 
     labels = runner_labels(job_id="probe-test", run_id="probe-test", phase="evaluate")
     image_id = docker_client.images.get(stub_image).id

@@ -111,6 +111,9 @@ def test_submit_hands_the_model_codex_config_and_patch_excludes_to_the_workers_c
     assert "fake-codex-argv.json" not in patch and "calc/mathops.py" in patch
     run = read_json(job / "benchmark_run.compact.json")
     assert run["codex"]["model"] == "gpt-pinned-1" and run["artifact_files_left_out"] >= 1
-    assert run["evaluation"]["network_probed"] == ["127.0.0.1:9"]  # the declared mirror, not the index
+    # The declared mirror reached the task (t_pinned needs no network, so it is not probed).
+    resolved = _resolved((jobs / "pinned" / ".worker-logs" / "t_pinned.attempt-1.log").read_text())
+    assert resolved["eval_probe"] == ["127.0.0.1:9"]
+    assert run["evaluation"]["network_probe"] == "skipped_not_needed" and run["evaluation"]["network_probed"] == []
     code, _stdout, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]
