@@ -55,7 +55,7 @@ from runner.entry import RunnerArgumentParser, add_evaluation_flags, answer, eva
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
 from runner.lock import job_root_lock
 from runner.journal import default_state_dir
-from runner.network_probe import NETWORK_PROBE_PHASE, ProbeMemory, probe_once
+from runner.network_probe import NETWORK_PROBE_PHASE, probe_memory, probe_once
 from runner.phases.evaluate import EvalRun, EvalSinks, run_apply_and_test
 from runner.phases.patch import DIFF_OPTIONS, count_patch
 from runner.phases.precheck import layout_refusal
@@ -255,7 +255,7 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     if isinstance(gold, str):
         return row("layout_unsupported", gold)
     probe = probe_once(
-        client, ProbeMemory.in_state_dir(settings.state_dir or default_state_dir()), needs_network=base["needs_network"],
+        client, probe_memory(settings.state_dir or default_state_dir()), needs_network=base["needs_network"],
         image_id=image_id, network=settings.eval_network.value, labels={**labels, LABEL_PHASE: NETWORK_PROBE_PHASE},
         endpoints=settings.probe_endpoints,
     )

@@ -3,33 +3,25 @@
 Can a container in the evaluation's network mode reach what the tasks install from? That
 answer is a fact about this host and its network, not about a task: a host whose bridge has
 no route out used to pay the probe's timeout (3 s) for every evaluation. So the answer is
-kept in the state dir for a minute per (network mode, endpoints), shared by every task of a
-batch, an ``evaluate`` run and a worker on this host; tasks probing at once wait for the one
-that probes. Only a definite answer (reached or not) is kept: a probe that could not tell is
-asked again next time.
+kept in the state dir for a minute per (network mode, endpoints) (``runner.host_memory``),
+shared by every task of a batch, an ``evaluate`` run and a worker on this host; tasks probing
+at once wait for the one that probes. Only a definite answer (reached or not) is kept: a probe
+that could not tell is asked again next time.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import structlog
 from docker.errors import DockerException
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from requests.exceptions import RequestException
 
-from runner.atomic import write_json_atomic
-from runner.bounded_read import UnreadableFileError, read_bounded_json
 from runner.docker_utils import NO_LOG_DRIVER, managed_container, run_main_process
+from runner.host_memory import HostMemory
 from runner.settings import DEFAULT_PROBE_ENDPOINTS, split_endpoint
 
 log = structlog.get_logger(__name__)
@@ -55,7 +47,7 @@ class NetworkProbe:
     detail: str  # reachable | unreachable | skipped_network_none | skipped_not_needed | probe_unavailable | probe_failed
     endpoints: tuple[str, ...] = ()  # what it tried to reach (HOST:PORT), in order; none under network none
     unreached: str | None = None  # the first endpoint it could not reach
-    remembered: bool = False  # the host's answer of less than a minute ago (ProbeMemory), not a fresh probe
+    remembered: bool = False  # the host's answer of less than a minute ago (runner.host_memory), not a fresh probe
 
 
 def probe_network(client: docker.DockerClient, *, image_id: str, network: str, labels: dict[str, str],
@@ -90,92 +82,47 @@ def probe_network(client: docker.DockerClient, *, image_id: str, network: str, l
 # --- the host's memory of the answer ------------------------------------------------------
 
 PROBE_MEMORY_SECONDS = 60.0
-MEMORY_DIR = "network-probes"
-_LOCK_WAIT_SECONDS = NETWORK_PROBE_SECONDS * 8 + 30  # past the longest probe another task can be running
+MEMORY_KIND = "network-probes"
+_WAIT_SECONDS = NETWORK_PROBE_SECONDS * 8 + 30  # past the longest probe another task can be running
 
 
-class _Remembered(BaseModel):
+class _Answer(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    network: str
-    endpoints: list[str]
     reachable: bool
     detail: str
     unreached: str | None
-    probed_at: float  # time.time() of the probe
 
 
-@dataclass(frozen=True)
-class ProbeMemory:
-    """Where this host keeps its probe answers (``<state dir>/network-probes/``), and for how long."""
-
-    directory: Path
-    max_age: float = PROBE_MEMORY_SECONDS
-
-    @classmethod
-    def in_state_dir(cls, state_dir: Path) -> ProbeMemory:
-        return cls(state_dir / MEMORY_DIR)
-
-    def _path(self, network: str, endpoints: tuple[str, ...], suffix: str) -> Path:
-        key = hashlib.sha256(json.dumps([network, list(endpoints)]).encode()).hexdigest()[:32]
-        return self.directory / f"{key}{suffix}"
-
-    @contextmanager
-    def turn(self, network: str, endpoints: tuple[str, ...]) -> Iterator[None]:
-        """One probe at a time per key on this host; a waiter gives up after the longest probe and
-        probes itself, and a state dir that cannot hold the lock only costs the waiting."""
-        try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self._path(network, endpoints, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as e:
-            log.warning("network_probe_memory_unusable", error_type=type(e).__name__)
-            yield
-            return
-        try:
-            deadline = time.monotonic() + _LOCK_WAIT_SECONDS
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.05)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
-
-    def recall(self, network: str, endpoints: tuple[str, ...]) -> NetworkProbe | None:
-        path = self._path(network, endpoints, ".json")
-        if not path.exists():
-            return None
-        try:
-            record = _Remembered.model_validate(read_bounded_json(path, root=self.directory, max_bytes=4096, max_depth=3))
-        except (UnreadableFileError, ValidationError):
-            return None  # a damaged record is asked again, never believed
-        age = time.time() - record.probed_at
-        if not 0 <= age <= self.max_age or (record.network, tuple(record.endpoints)) != (network, endpoints):
-            return None
-        return NetworkProbe(reachable=record.reachable, detail=record.detail, endpoints=endpoints,
-                            unreached=record.unreached, remembered=True)
-
-    def remember(self, network: str, probe: NetworkProbe) -> None:
-        if probe.reachable is None:
-            return  # the probe could not tell: the next evaluation asks again
-        record = _Remembered(network=network, endpoints=list(probe.endpoints), reachable=probe.reachable,
-                             detail=probe.detail, unreached=probe.unreached, probed_at=time.time())
-        try:
-            write_json_atomic(self._path(network, probe.endpoints, ".json"), record.model_dump())
-        except OSError as e:  # a full state disk: the answer stands, only the next one probes again
-            log.warning("network_probe_memory_unusable", error_type=type(e).__name__)
+def probe_memory(state_dir: Path) -> HostMemory:
+    """Where this host keeps its probe answers (``<state dir>/network-probes/``), for a minute."""
+    return HostMemory.in_state_dir(state_dir, MEMORY_KIND, max_age=PROBE_MEMORY_SECONDS, wait_seconds=_WAIT_SECONDS)
 
 
-def probe_once(client: docker.DockerClient, memory: ProbeMemory | None, *, needs_network: bool, image_id: str,
+def _question(network: str, endpoints: tuple[str, ...]) -> str:
+    return HostMemory.question("network-probe", network, list(endpoints))
+
+
+def recall_probe(memory: HostMemory, network: str, endpoints: tuple[str, ...]) -> NetworkProbe | None:
+    answer = memory.recall(_question(network, endpoints), _Answer)
+    if answer is None:
+        return None
+    return NetworkProbe(reachable=answer.reachable, detail=answer.detail, endpoints=endpoints,
+                        unreached=answer.unreached, remembered=True)
+
+
+def remember_probe(memory: HostMemory, network: str, probe: NetworkProbe) -> None:
+    """Only a definite answer (reached or not): a probe that could not tell is asked again next time."""
+    if probe.reachable is not None:
+        memory.remember(_question(network, probe.endpoints),
+                        _Answer(reachable=probe.reachable, detail=probe.detail, unreached=probe.unreached))
+
+
+def probe_once(client: docker.DockerClient, memory: HostMemory | None, *, needs_network: bool, image_id: str,
                network: str, labels: dict[str, str], endpoints: tuple[str, ...] = DEFAULT_PROBE_ENDPOINTS) -> NetworkProbe:
     """``probe_network`` for a tag that needs the network, unless this host answered the same
     question less than a minute ago; a tag that needs none is not probed (its verdict's trust
-    does not depend on the answer). Never raises for the memory: a state dir that cannot hold
-    it only costs a probe.
+    does not depend on the answer). Never raises for the memory.
     """
     if network == "none":  # known without a container
         return probe_network(client, image_id=image_id, network=network, labels=labels, endpoints=endpoints)
@@ -183,10 +130,10 @@ def probe_once(client: docker.DockerClient, memory: ProbeMemory | None, *, needs
         return NetworkProbe(reachable=None, detail="skipped_not_needed")
     if memory is None:
         return probe_network(client, image_id=image_id, network=network, labels=labels, endpoints=endpoints)
-    with memory.turn(network, endpoints):
-        remembered = memory.recall(network, endpoints)
+    with memory.turn(_question(network, endpoints)):
+        remembered = recall_probe(memory, network, endpoints)
         if remembered is not None:
             return remembered
         probe = probe_network(client, image_id=image_id, network=network, labels=labels, endpoints=endpoints)
-        memory.remember(network, probe)
+        remember_probe(memory, network, probe)
         return probe

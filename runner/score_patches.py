@@ -61,7 +61,7 @@ from runner.lock import job_root_lock
 from runner.logs import configure_logging
 from runner.patch_sets import PatchUnit, discover, single
 from runner.journal import default_state_dir
-from runner.network_probe import NETWORK_PROBE_PHASE, NetworkProbe, ProbeMemory, probe_once
+from runner.network_probe import NETWORK_PROBE_PHASE, NetworkProbe, probe_memory, probe_once
 from runner.phases.evaluate import EvalSinks, run_apply_and_test
 from runner.phases.precheck import layout_refusal
 from runner.public import private_texts_for
@@ -318,7 +318,7 @@ class Scorer:
         return plan
 
     def _probe(self, settings: RunnerSettings, image_id: str, labels: dict[str, str]) -> NetworkProbe:
-        return probe_once(self.client(), ProbeMemory.in_state_dir(settings.state_dir or default_state_dir()),
+        return probe_once(self.client(), probe_memory(settings.state_dir or default_state_dir()),
                           needs_network=bool(settings.profile and settings.profile.needs_network),
                           image_id=image_id, network=settings.eval_network.value, labels=labels,
                           endpoints=settings.probe_endpoints)

@@ -50,7 +50,7 @@ from runner.context import JobContext, sha256_file
 from runner.docker_utils import LABEL_PHASE, NO_LOG_DRIVER, copy_in, managed_container, pumping_output, run_main_process
 from runner.errors import PhaseError
 from runner.journal import default_state_dir
-from runner.network_probe import NETWORK_PROBE_PHASE, ProbeMemory, probe_once
+from runner.network_probe import NETWORK_PROBE_PHASE, probe_memory, probe_once
 from runner.settings import PATCH_IN_CONTAINER
 from runner.verdict import official_verdict, string_verdict
 
@@ -255,7 +255,7 @@ def evaluate(ctx: JobContext, image_id: str) -> EvaluateResult:
         open_private(logs[TEST_STDERR_LOG]) as test_err,
     ):
         patch_sha256 = sha256_file(job.patch)  # only the runner writes Patches/ once codex has ended
-        memory = ProbeMemory.in_state_dir(settings.state_dir or default_state_dir())
+        memory = probe_memory(settings.state_dir or default_state_dir())
         probing = pool.submit(probe_once, client, memory, needs_network=needs_network, image_id=image_id,
                               network=network, labels=probe_labels, endpoints=settings.probe_endpoints)
         run = run_apply_and_test(

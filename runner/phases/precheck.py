@@ -2,6 +2,11 @@
 
 Invariants: needs no job root; the layout probe runs in a throwaway labelled
 container that is always removed; the report holds no host path or secret.
+
+An image's layout is a fact about its id (an image id names its content): the probe's
+answer is kept in the state dir for good per (image id, source dir, scripts), so a batch of
+tasks on one image probes it once. Codex's version and its login are facts about the binary
+and its home: kept a minute, so a batch's tasks ask codex once (``runner.host_memory``).
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ import re
 import shlex
 import shutil
 import subprocess
+from contextlib import nullcontext
 from pathlib import Path
 
 import docker
+import structlog
 from docker.errors import DockerException
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from requests.exceptions import RequestException
 
 from reducers.models import Phase, PrecheckResult
@@ -30,7 +37,11 @@ from runner.docker_utils import (
     start_and_wait,
 )
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError, UnscorableError
+from runner.host_memory import HostMemory
+from runner.journal import default_state_dir
 from runner.settings import RunnerSettings
+
+log = structlog.get_logger(__name__)
 
 VERSION_TIMEOUT = 30
 PROBE_TIMEOUT = 120
@@ -61,6 +72,35 @@ _PROBE_REFUSALS = {
 _OVERRIDABLE = frozenset({"entrypoint_knows_apply_patch", "entrypoint_knows_test_patched", "tag_scorable"})
 CHECK_NAMES = ("codex_binary", "codex_login", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS, "tag_scorable")
 _VERSION_TEXT = re.compile(r"[^A-Za-z0-9 ._+-]")
+
+
+CODEX_MEMORY_SECONDS = 60.0
+
+
+class _CodexVersion(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    version: str = Field(max_length=64)
+
+
+class _LoggedIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    logged_in: bool
+
+
+def codex_memory(state_dir: Path) -> HostMemory:
+    return HostMemory.in_state_dir(state_dir, "codex-checks", max_age=CODEX_MEMORY_SECONDS,
+                                   wait_seconds=2 * VERSION_TIMEOUT + 5)
+
+
+def _file_identity(path: Path) -> list[object] | None:
+    """Which file this is now: a binary replaced or an auth file rewritten is another question."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 class Check(BaseModel):
@@ -121,7 +161,8 @@ def git_problem() -> str | None:
 
 
 def codex_login(
-    codex_bin: str, codex_home: Path | None, profile: str | None = None, config: tuple[str, ...] = ()
+    codex_bin: str, codex_home: Path | None, profile: str | None = None, config: tuple[str, ...] = (),
+    memory: HostMemory | None = None,
 ) -> Check:
     """Can codex reach its model? Else it would retry until the deadline, an hour by default.
 
@@ -130,8 +171,6 @@ def codex_login(
     Only names are reported, never a value, and never codex's own output. A worker asks it
     with no profile or config (those are each task's): the default provider's login.
     """
-    from runner.phases.codex import child_environment  # the same environment codex gets
-
     home = resolve_codex_home(codex_home, os.environ, operator_home())
     provider = active_provider(home, profile, config)
     if provider.env_key is not None:
@@ -145,16 +184,17 @@ def codex_login(
     path = shutil.which(codex_bin)
     if path is None:
         return Check(name="codex_login", ok=False, detail="not checked: codex is missing")
-    environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
-    try:
-        done = subprocess.run(
-            # no --profile: codex 0.171.0 takes it for runtime commands only, not `login`
-            [path, *[arg for item in config for arg in ("-c", item)], "login", "status"],
-            capture_output=True, timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env=environment,
-        )
-        logged_in = done.returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        logged_in = False
+    # Only "logged in" is remembered (a minute, for this binary, home, auth file and config):
+    # after `codex login` a run must not be refused on a stale "no".
+    question = HostMemory.question("codex-login", _file_identity(Path(path)), str(home),
+                                   _file_identity(home / "auth.json"), list(config),
+                                   sorted(name for name in OPENAI_KEY_VARIABLES if os.environ.get(name)))
+    with memory.turn(question) if memory is not None else nullcontext():
+        logged_in = memory is not None and memory.recall(question, _LoggedIn) is not None
+        if not logged_in:
+            logged_in = _login_status(path, home, config)
+            if logged_in and memory is not None:
+                memory.remember(question, _LoggedIn(logged_in=True))
     if logged_in:
         return Check(name="codex_login", ok=True, detail="codex login status: logged in")
     variable = next((name for name in OPENAI_KEY_VARIABLES if os.environ.get(name)), None)
@@ -168,19 +208,57 @@ def codex_login(
     )
 
 
+def _login_status(path: str, home: Path, config: tuple[str, ...]) -> bool:
+    from runner.phases.codex import child_environment  # the same environment codex gets
+
+    environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
+    try:
+        done = subprocess.run(
+            # no --profile: codex 0.171.0 takes it for runtime commands only, not `login`
+            [path, *[arg for item in config for arg in ("-c", item)], "login", "status"],
+            capture_output=True, timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env=environment,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _remembered_version(codex_bin: str, memory: HostMemory | None) -> str:
+    """``codex_version``, asked once a minute per binary when there is a memory.
+
+    Raises:
+        CodexNotFoundError: as ``codex_version``.
+    """
+    path = shutil.which(codex_bin)
+    if memory is None or path is None:
+        return codex_version(codex_bin)
+    question = HostMemory.question("codex-version", _file_identity(Path(path)))
+    with memory.turn(question):
+        remembered = memory.recall(question, _CodexVersion)
+        if remembered is not None:
+            return remembered.version
+        version = codex_version(codex_bin)
+        memory.remember(question, _CodexVersion(version=version))
+        return version
+
+
 def host_checks(
-    codex_bin: str, codex_home: Path | None, profile: str | None = None, config: tuple[str, ...] = ()
+    codex_bin: str, codex_home: Path | None, profile: str | None = None, config: tuple[str, ...] = (),
+    memory: HostMemory | None = None,
 ) -> tuple[list[Check], str | None]:
     """The checks of the host itself, which a precheck and a worker both make: codex found (and
-    its version), codex logged in, git found. Returns (checks, codex's version or None)."""
+    its version), codex logged in, git found. Returns (checks, codex's version or None).
+
+    ``memory``: where a task's precheck finds what a task of a minute ago found out (a worker's
+    own health checks ask afresh each time)."""
     checks: list[Check] = []
     version: str | None = None
     try:
-        version = codex_version(codex_bin)
+        version = _remembered_version(codex_bin, memory)
         checks.append(Check(name="codex_binary", ok=True, detail=f"found, version {version}"))
     except CodexNotFoundError as e:
         checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
-    checks.append(codex_login(codex_bin, codex_home, profile, config))
+    checks.append(codex_login(codex_bin, codex_home, profile, config, memory))
     missing_git = git_problem()
     checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
     return checks, version
@@ -201,20 +279,37 @@ def script_calling(command: str, subcommand: str) -> str | None:
     return None
 
 
+class _Layout(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    bits: int = Field(ge=0, le=7)  # the probe's exit code: which of _PROBE_BITS failed
+
+
 def _probe_layout(
     client: docker.DockerClient, settings: RunnerSettings, image_id: str, labels: dict[str, str]
 ) -> int:
     apply_script = script_calling(settings.apply_cmd, "apply_patch") or ""
     test_script = script_calling(settings.test_cmd, "test_patched") or ""
-    with managed_container(
-        client,
-        image=image_id,
-        labels=labels,
-        entrypoint=["/bin/sh", "-c", _PROBE_SCRIPT, "probe", settings.source_dir, apply_script, test_script],
-        command=[],
-        network_disabled=True,
-    ) as container:
-        return start_and_wait(container, timeout=PROBE_TIMEOUT)
+    memory = HostMemory.in_state_dir(settings.state_dir or default_state_dir(), "layout-probes", max_age=None,
+                                     wait_seconds=PROBE_TIMEOUT + 10)
+    question = HostMemory.question("layout", image_id, settings.source_dir, apply_script, test_script)
+    with memory.turn(question):
+        remembered = memory.recall(question, _Layout)
+        if remembered is not None:
+            log.info("layout_probe_remembered", bits=remembered.bits)
+            return remembered.bits
+        with managed_container(
+            client,
+            image=image_id,
+            labels=labels,
+            entrypoint=["/bin/sh", "-c", _PROBE_SCRIPT, "probe", settings.source_dir, apply_script, test_script],
+            command=[],
+            network_disabled=True,
+        ) as container:
+            bits = start_and_wait(container, timeout=PROBE_TIMEOUT)
+        if 0 <= bits <= 7:  # the script's own answer, not a shell that could not run it
+            memory.remember(question, _Layout(bits=bits))
+        return bits
 
 
 def _docker_checks(
@@ -291,7 +386,8 @@ def run_precheck(
     ``client``: the caller's Docker client, when it has one; otherwise one is made and closed.
     """
     image_id: str | None = None
-    checks, version = host_checks(settings.codex_bin, settings.codex_home, settings.codex_profile, settings.codex_config)
+    checks, version = host_checks(settings.codex_bin, settings.codex_home, settings.codex_profile, settings.codex_config,
+                                  codex_memory(settings.state_dir or default_state_dir()))
     own_client = client is None
     try:
         if client is None:

@@ -128,30 +128,34 @@ def test_a_bad_endpoint_is_refused_before_any_work(tmp_path: Path, stub_image: s
 PROBE_TAGS = ["autogen_1174", "autogen_1844", "autogen_4197", "camel_1145", "chatdev_318", "crewai_1532"]
 
 
-def _probe_containers_created(docker_client, since: float, until: float) -> int:
+def _containers_created(docker_client, phase: str, since: float, until: float) -> int:
     filters = {"event": "create", "label": [f"io.agentissue-runner.session={TEST_SESSION}",
-                                              "io.agentissue-runner.phase=evaluate-network-probe"]}
+                                              f"io.agentissue-runner.phase={phase}"]}
     return sum(1 for _ in docker_client.events(since=since, until=until, filters=filters, decode=True))
 
 
-def test_a_batch_probes_the_network_once_and_never_for_a_tag_that_needs_none(
+def test_a_batch_on_one_image_probes_the_network_the_layout_and_codex_once(
     tmp_path: Path, stub_image: str, docker_client, no_leaked_containers: None
 ) -> None:
-    """Six tasks that need the network, two at a time, and one that needs none: one probe container
-    in all; the first answer is the host's for the others (remembered), the tag that needs none is
-    not probed. The endpoint is the container's own port 9, refused at once: a definite answer."""
+    """Six tasks that need the network, two at a time, and one that needs none, on one image: one
+    network probe container in all (the first answer is the host's for the others: remembered; the
+    tag that needs none is not probed), one layout probe container, and codex asked its version and
+    login once. The endpoint is the container's own port 9, refused at once: a definite answer."""
     jobs = tmp_path / "jobs"
     tags = [*PROBE_TAGS, "stub_calc"]
     for tag in tags:
         (jobs / tag / "context").mkdir(parents=True)
         (jobs / tag / "context" / "prompt.md").write_text("Fix calc.add.\nfake-codex-mode: fix\n")
-    args = ["--execute", "--jobs-dir", str(jobs), "--image", stub_image, "--codex-bin",
-            stub_args(jobs, stub_image)[-1], "--workers", "2", "--eval-network", "bridge",
-            "--eval-probe", "127.0.0.1:9"]
+    calls = tmp_path / "codex-calls"
+    codex = tmp_path / "codex"  # the fake codex, counting how it is called
+    codex.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {stub_args(jobs, stub_image)[-1]} "$@"\n')
+    codex.chmod(0o755)
+    args = ["--execute", "--jobs-dir", str(jobs), "--image", stub_image, "--codex-bin", str(codex),
+            "--workers", "2", "--eval-network", "bridge", "--eval-probe", "127.0.0.1:9"]
     for tag in tags:
         args += ["--tag", tag]
     since = time.time() - 1
-    done = run_cli(*args, env={"RUNNER_STATE_DIR": str(tmp_path / "state")})  # a host that has not probed yet
+    done = run_cli(*args, env={"RUNNER_STATE_DIR": str(tmp_path / "state")})  # a host that has found out nothing yet
     until = time.time() + 1
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["resolved"] == len(tags)
@@ -162,4 +166,9 @@ def test_a_batch_probes_the_network_once_and_never_for_a_tag_that_needs_none(
     assert all((e["network_probe"], e["network_reachable"]) == ("unreachable", False) for e in probed)
     assert all(e["network_probed"] == ["127.0.0.1:9"] for e in probed)
     assert sorted(e["network_probe_remembered"] for e in probed) == [False] + [True] * (len(PROBE_TAGS) - 1)
-    assert _probe_containers_created(docker_client, since, until) == 1
+    assert _containers_created(docker_client, "evaluate-network-probe", since, until) == 1
+    assert _containers_created(docker_client, "precheck", since, until) == 1
+    lines = calls.read_text().splitlines()
+    assert sum(line == "--version" for line in lines) == 1
+    assert sum(line.endswith("login status") for line in lines) == 1
+    assert sum(line.startswith("exec") for line in lines) == len(tags)
