@@ -256,8 +256,11 @@ def _run_locked(
     started = time.monotonic()
 
     def task(unit: Unit) -> None:
-        if children.stopping.is_set():
-            return
+        with children.task():  # counted before it looks at stopping: a stop waits for it to end
+            if not children.stopping.is_set():
+                run_unit(unit)
+
+    def run_unit(unit: Unit) -> None:
         progress.started(unit.name)
         try:
             end, wall = _run_one(
@@ -284,7 +287,8 @@ def _run_locked(
             future.result()  # a coordinator bug surfaces here rather than vanishing
     except KeyboardInterrupt:
         interrupted = True
-        children.stop_all()
+        pool.shutdown(wait=False, cancel_futures=True)  # no task not yet begun will begin
+        children.stop_until_idle()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if ledger.journal_entries:

@@ -41,21 +41,21 @@ def pending() -> int | None:
     return _pending[0] if _pending else None
 
 
-def _ignore_while_cleaning_up(_signum: int, _frame: FrameType | None) -> None:
-    """A handler that does nothing, not SIG_IGN: an ignored disposition is inherited across exec,
-    so a task the batch started during its stop would ignore the SIGTERM that cancels it (until
-    its own handlers were in), run to its end, and hang the batch; a caught one is reset to the
-    default in every child."""
-
-
 def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     """SIGINT and SIGTERM end the run through every ``finally`` (container removal, restores).
 
     Once: later signals are ignored, so a second Ctrl-C cannot break the cleanup half-way.
     Inside ``deferred()`` the interrupt waits for the block's end.
+
+    SIG_IGN, not a handler that does nothing: the interpreter puts its Python handlers back to
+    the default while it exits, so a supervisor's repeated SIGTERM would kill a task that had
+    already written its outcome (exit -15, not 130). An ignored disposition is inherited by a
+    process started from now on, though, and such a process ignores a SIGTERM until it installs
+    its own handlers: a supervisor stopping its tasks signals them until they are gone
+    (``TaskProcesses.stop_until``), never once.
     """
-    signal.signal(signal.SIGINT, _ignore_while_cleaning_up)
-    signal.signal(signal.SIGTERM, _ignore_while_cleaning_up)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if _deferring:
         _held.append(signum)
         return

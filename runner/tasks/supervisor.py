@@ -24,7 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,7 +66,23 @@ class TaskProcesses:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
+        self._tasks = 0  # tasks between their first step and their end, started process or not
         self.stopping = threading.Event()
+
+    @contextmanager
+    def task(self) -> Iterator[None]:
+        """Around a task, from before it looks at ``stopping`` to after its process ended."""
+        with self._lock:
+            self._tasks += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._tasks -= 1
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._tasks == 0
 
     def add(self, child: subprocess.Popen) -> None:
         with self._lock:
@@ -83,6 +100,20 @@ class TaskProcesses:
             for child in self._running:
                 if child.poll() is None:
                     child.send_signal(SIGTERM)
+
+    def stop_until_idle(self, every: float = 0.5) -> None:
+        """SIGTERM to every running task, again each ``every`` seconds, until no task is left.
+
+        Once is not enough: a task started while its supervisor stops inherits the supervisor's
+        ignored SIGTERM (``signals.raise_interrupt``) until its own handlers are in, so the first
+        signal can be lost; a task already cleaning up ignores the repeats. A task that begins
+        after this returned sees ``stopping`` and starts nothing.
+        """
+        while True:
+            self.stop_all()
+            if self.idle():
+                return
+            time.sleep(every)
 
 
 def task_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
