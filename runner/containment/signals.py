@@ -52,7 +52,7 @@ def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     already written its outcome (exit -15, not 130). An ignored disposition is inherited by a
     process started from now on, though, and such a process ignores a SIGTERM until it installs
     its own handlers: a supervisor stopping its tasks signals them until they are gone
-    (``TaskProcesses.stop_until``), never once.
+    (``TaskProcesses.stop_until_idle``), never once.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
