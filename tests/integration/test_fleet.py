@@ -304,6 +304,10 @@ def test_bad_input_gives_a_clear_error_and_a_failed_row_never_a_crashed_worker(f
     worker = fleet.worker("host-a", fleet.jobs("host-a"))
     fleet.wait_state("s", "t_fix/1", "done")
     fleet.wait("the rejected rows", lambda: len(fleet.rows("_rejected")) == 2)
+    # the messages are read in any order: wait for each one's row, not for the last one seen
+    fleet.wait("the rows of the malformed messages",
+               lambda: {"t_empty/1", "t_badcmd/1"} <= set(fleet.rows("s"))
+               and any(key.startswith("invalid-") for key in fleet.rows("s")))
     rows = fleet.rows("s")
     assert rows["t_empty/1"]["state"] == "failed" and rows["t_empty/1"]["failure_label"] == "bad_message"
     assert "prompt" in rows["t_empty/1"]["error"]
