@@ -67,10 +67,13 @@ class Metrics(Frozen):
     input_tokens: int = 0
     cache_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0
+    # On the rate card whose sha256 is beside it; None (cost_known false): the card lacks the model.
+    cost_usd: float | None = 0
     # beside the reference's names: codex's newer usage fields, summed over every turn
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cost_known: bool = True
+    rate_card_sha256: str | None = None
 
 
 class Trial(Frozen):
@@ -143,6 +146,9 @@ class Codex(Frozen):
     turns: int = 0
     failed_turns: int = 0
     model_error: str | None = None
+    # A live cap (--max-tokens, --max-cost-usd) stopped codex; the attempt was still scored.
+    budget_exceeded: bool = False
+    budget_reason: str | None = None
 
 
 class BenchmarkRun(Frozen):
@@ -343,6 +349,8 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             turns=agent.turns,
             failed_turns=agent.failed_turns,
             model_error=agent.model_error or None,
+            budget_exceeded=agent.budget_exceeded,
+            budget_reason=agent.budget_reason,
         ),
         phase_status={p.value: markers[p].status.value for p in TIMED_PHASES if p in markers},
         phase_durations_seconds={p.value: markers[p].duration_seconds for p in TIMED_PHASES if p in markers},
@@ -358,6 +366,10 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             output_tokens=agent.output_tokens,
             cache_write_tokens=agent.cache_write_input_tokens,
             reasoning_tokens=agent.reasoning_output_tokens,
+            # nothing was spent before codex ran; after, the cost its marker priced (None: unknown)
+            cost_usd=agent.cost_usd if Phase.CODEX in markers else 0,
+            cost_known=agent.cost_known or Phase.CODEX not in markers,
+            rate_card_sha256=agent.rate_card_sha256 or None,
         ),
         trials=[
             Trial(

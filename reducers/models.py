@@ -11,7 +11,7 @@ Pure: imports neither docker nor git, touches no file.
 from __future__ import annotations
 
 from enum import Enum, StrEnum
-from typing import Any, ClassVar, Generic, TypeVar, Union
+from typing import Any, ClassVar, Generic, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -188,6 +188,13 @@ class CodexResult(PhaseResult):
     model: str | None = None
     codex_overrides_sha256: str = ""
     runner_files_touched: int = 0  # codex_wrote_runner_files: how many of the runner's files it wrote
+    # What the tokens cost on the rate card (runner.pricing); None: the card does not know the model.
+    cost_usd: float | None = None
+    cost_known: bool = False
+    rate_card_sha256: str = ""
+    # A live cap (--max-tokens, --max-cost-usd) stopped codex; the attempt goes on to be scored.
+    budget_exceeded: bool = False
+    budget_reason: Literal["max_tokens", "max_cost_usd"] | None = None
 
 
 class PatchResult(PhaseResult):

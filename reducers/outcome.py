@@ -71,6 +71,10 @@ class TaskFacts(Frozen):
     # resolved is the official score; the runner's exit-code verdict and the trust in it beside it.
     exit_code_verdict: bool | None = None
     verdict_untrusted: bool = False
+    # What the attempt cost on its rate card (None: unknown: no compact run, or a model the card lacks).
+    cost_usd: float | None = None
+    model: str | None = None
+    budget_exceeded: bool = False  # a live cap stopped codex; the attempt was still scored
 
     @property
     def scored(self) -> bool:
@@ -103,6 +107,9 @@ def task_facts(
         "output_tokens": run.metrics.output_tokens,
         "exit_code_verdict": run.evaluation.exit_code_verdict if run.evaluation.ran else None,
         "verdict_untrusted": run.verdict_untrusted,
+        "cost_usd": run.metrics.cost_usd,
+        "model": run.codex.model,
+        "budget_exceeded": run.codex.budget_exceeded,
     }
     common = {"exit_code": exit_code, "wall_seconds": wall_seconds, **from_run}
     if exit_code == EXIT_INTERRUPTED or (stopping and exit_code in SIGNALS_OF_A_STOP):

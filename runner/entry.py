@@ -88,14 +88,15 @@ class RunnerArgumentParser(argparse.ArgumentParser):
 
 TASK_FLAG_FIELDS = (
     "image", "codex_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
-    "model", "codex_profile", "allow_unscorable",
+    "model", "codex_profile", "allow_unscorable", "max_tokens", "max_cost_usd",
 )
 TASK_LIST_FIELDS = ("codex_config", "patch_exclude", "eval_probe")
 EVALUATION_FLAG_FIELDS = ("image", "allow_pull", "allow_unscorable", "eval_timeout", "eval_network", "source_dir",
                           "apply_cmd", "test_cmd")
 _PROBE_HELP = ("an endpoint the evaluation must reach, probed instead of the package index pypi.org:443 "
                "(repeatable: a mirror, a proxy; env RUNNER_EVAL_PROBE, comma-separated); recorded in the public results")
-HOST_FLAG_FIELDS = ("codex_bin", "codex_home", "allow_pull", "state_dir", "cache_dir", "cache_max_gb", "agent_user")
+HOST_FLAG_FIELDS = ("codex_bin", "codex_home", "allow_pull", "state_dir", "cache_dir", "cache_max_gb", "agent_user",
+                    "rate_card")
 
 
 def add_task_flags(parser: argparse.ArgumentParser, *, many_tags: bool) -> None:
@@ -129,6 +130,15 @@ def add_task_flags(parser: argparse.ArgumentParser, *, many_tags: bool) -> None:
         help="evaluate a tag whose profile or image says it cannot be scored (env RUNNER_ALLOW_UNSCORABLE=1); "
         "recorded in the compact run",
     )
+    group.add_argument(
+        "--max-tokens", type=int, metavar="N",
+        help="stop codex once the attempt's tokens (input + output, every model response) pass N; the work "
+        "so far is patched and scored, budget_exceeded recorded (env RUNNER_MAX_TOKENS; default: no cap)",
+    )
+    group.add_argument(
+        "--max-cost-usd", type=float, metavar="DOLLARS",
+        help="the same, for the attempt's cost on the rate card (env RUNNER_MAX_COST_USD; default: no cap)",
+    )
 
 
 def add_host_flags(parser: argparse.ArgumentParser) -> None:
@@ -148,6 +158,11 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
         "default 20; 0 turns the cache off)",
     )
     group.add_argument("--agent-user", help="run the agent as this unprivileged user; needs root (env RUNNER_AGENT_USER)")
+    group.add_argument(
+        "--rate-card", type=Path, metavar="FILE",
+        help="prices per model, a TOML in the format of the shipped runner/data/rate_card.toml "
+        "(env RUNNER_RATE_CARD; default: the shipped card)",
+    )
 
 
 def add_evaluation_flags(parser: argparse.ArgumentParser) -> None:

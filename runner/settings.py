@@ -101,6 +101,9 @@ ENV_OF_FIELD: dict[str, str] = {
     "canary_base_image": "RUNNER_CANARY_BASE_IMAGE",
     "allow_unscorable": "RUNNER_ALLOW_UNSCORABLE",
     "eval_probe": "RUNNER_EVAL_PROBE",  # comma-separated HOST:PORT
+    "max_tokens": "RUNNER_MAX_TOKENS",
+    "max_cost_usd": "RUNNER_MAX_COST_USD",
+    "rate_card": "RUNNER_RATE_CARD",
 }
 # The reference script's own variables (they keep their names here).
 REFERENCE_ENV = frozenset(ENV_OF_FIELD[field] for field in (
@@ -230,6 +233,9 @@ PatchPatterns = Annotated[tuple[str, ...], AfterValidator(_patch_patterns)]
 ProbeEndpoints = Annotated[tuple[str, ...], BeforeValidator(_endpoint_list), AfterValidator(_probe_endpoints)]
 Timeout = Annotated[float, Field(ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)]
 CacheGigabytes = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
+# Caps on one attempt's spending, enforced while codex runs (runner.codex_meter).
+TokenCap = Annotated[int, Field(ge=1, le=10**12)]
+DollarCap = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
 
 
 class RunnerSettings(Frozen):
@@ -268,6 +274,11 @@ class RunnerSettings(Frozen):
     allow_unscorable: bool = False
     # What the evaluation's network probe must reach (empty: the package index, DEFAULT_PROBE_ENDPOINTS).
     eval_probe: ProbeEndpoints = ()
+    # Per-attempt caps, live: codex is stopped when its usage crosses one; the attempt is still scored.
+    max_tokens: TokenCap | None = None
+    max_cost_usd: DollarCap | None = None
+    # The operator's rate card (None: the shipped runner/data/rate_card.toml).
+    rate_card: HostPath | None = None
     # The settings the tag's profile supplied (the operator gave none), for the plan to show.
     profile_fields: tuple[str, ...] = ()
 

@@ -52,8 +52,9 @@ def message(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
 
 
-def turn(*items: Mapping[str, Any]) -> dict[str, Any]:
-    return {"items": [dict(item) for item in items]}
+def turn(*items: Mapping[str, Any], thinking_seconds: float = 0) -> dict[str, Any]:
+    """``thinking_seconds``: the stream opens, then stays silent that long before the items (a slow model)."""
+    return {"items": [dict(item) for item in items], **({"thinking_seconds": thinking_seconds} if thinking_seconds else {})}
 
 
 def fault(kind: str) -> dict[str, Any]:
@@ -79,6 +80,7 @@ class ScriptedModel:
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self.requests = 0
+        self.completed = 0  # responses sent whole, usage and all
         self.bodies: list[dict[str, Any]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -145,6 +147,10 @@ class ScriptedModel:
                     self.wfile.write(b"event: response.output_item.done\ndata: {this is not json\n\n")
                     self.wfile.flush()
                     return
+                if step.get("thinking_seconds"):
+                    self.wfile.flush()
+                    if model._stop.wait(float(step["thinking_seconds"])):
+                        return
                 response_id = f"resp_{next(model._ids)}"
                 for item in step.get("items", []):
                     self.wfile.write(_sse({"type": "response.output_item.done", "item": model._complete(item)}))
@@ -154,6 +160,8 @@ class ScriptedModel:
                 completed = {"id": response_id, "status": "completed", "usage": TURN_USAGE}
                 self.wfile.write(_sse({"type": "response.completed", "response": completed}))
                 self.wfile.flush()
+                with model._lock:
+                    model.completed += 1
 
             def _plain(self, status: int, payload: bytes) -> None:
                 self.send_response(status)

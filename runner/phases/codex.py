@@ -10,6 +10,10 @@ Invariants:
   operator's (``runner/codex_config.py``), so no config file can drop them;
 - stdout (JSONL events) and stderr go to private files under ``logs/``, never into
   memory; only the token counts are read back from them;
+- codex gets a private CODEX_HOME linked to the operator's (``runner.codex_meter``): its
+  session record stays in the job root, and the meter reads the usage from it as it grows,
+  so a cap (``--max-tokens``, ``--max-cost-usd``) stops codex between model responses, and a
+  run killed at its deadline still has its tokens counted and priced;
 - the child runs in its own process group, and the whole group is killed at
   the deadline, on interrupt, and after it exits; then every other descendant
   (the agent's commands run in groups of their own) is found and killed too.
@@ -24,7 +28,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import structlog
@@ -38,12 +42,14 @@ from runner.codex_config import (
     overrides_sha256,
     resolve_codex_home,
 )
-from runner.codex_usage import usage_from_events
+from runner.codex_meter import LIVE_USAGE, UsageMeter, private_codex_home, write_live_usage
+from runner.codex_usage import USAGE_FIELDS, CodexUsage, usage_from_events
 from runner.containment.agent import agent_process, hand_over, resolve_agent_user
 from runner.containment.descendants import become_subreaper, kill_descendants
 from runner.context import JobContext, sha256_file
 from runner.errors import AgentNotContainedError, CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
+from runner.pricing import RateCard, TokenCounts, load_rate_card, price
 from runner.settings import SAFE_MODEL
 from runner.containment.runner_files import RunnerFilesSnapshot, same_file
 
@@ -60,6 +66,8 @@ ENV_ALLOWLIST = frozenset(
 )
 STDOUT_LOG = "codex.stdout.log"
 STDERR_LOG = "codex.stderr.log"
+PRIVATE_CODEX_HOME = "codex-home"  # in the agent's scratch HOME
+METER_SECONDS = 0.25  # how often the meter reads the session record while codex runs
 
 
 def child_environment(
@@ -88,7 +96,6 @@ def codex_argv(
     return [
         codex_path, "exec",
         "--json",
-        "--ephemeral",
         "--ignore-rules",
         "--sandbox", "workspace-write",
         "--cd", str(buggy_source),
@@ -137,6 +144,60 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
 
 
+@dataclass
+class _Spending:
+    """The caps of one attempt, checked against each running total the meter reads."""
+
+    card: RateCard
+    model: str | None
+    max_tokens: int | None
+    max_cost_usd: float | None
+    live_usage: Path
+    seen: TokenCounts | None = None
+    exceeded: str | None = None  # "max_tokens" or "max_cost_usd"
+
+    def saw(self, usage: TokenCounts | None) -> bool:
+        """Record ``usage``; True when it crosses a cap."""
+        if usage is None or usage == self.seen:
+            return False
+        self.seen = usage
+        cost = price(usage, self.model, self.card)
+        write_live_usage(self.live_usage, usage, cost)
+        if self.max_tokens is not None and usage.total > self.max_tokens:
+            self.exceeded = "max_tokens"
+        elif self.max_cost_usd is not None and cost is not None and cost > self.max_cost_usd:
+            self.exceeded = "max_cost_usd"
+        return self.exceeded is not None
+
+
+def _wait_metered(child: subprocess.Popen[bytes], meter: UsageMeter, spending: _Spending, timeout: float) -> tuple[int, bool]:
+    """Wait for codex, reading its usage; kill its group at the deadline or a cap. (exit code, timed out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return child.wait(timeout=max(min(METER_SECONDS, deadline - time.monotonic()), 0.001)), False
+        except subprocess.TimeoutExpired:
+            pass
+        if spending.saw(meter.poll()):
+            log.warning("codex_budget_exceeded", cap=spending.exceeded, total_tokens=spending.seen.total)
+            _kill_group(child.pid)
+            return child.wait(), False
+        if time.monotonic() >= deadline:
+            _kill_group(child.pid)
+            return child.wait(), True
+
+
+def _merged(reported: CodexUsage, metered: TokenCounts | None) -> TokenCounts:
+    """The counts codex reported at its end, or the meter's running total when that is larger
+    (a run killed at a cap or a deadline reports nothing at its end)."""
+    final = TokenCounts(**{field: getattr(reported, field) for field in USAGE_FIELDS})
+    return metered if metered is not None and metered.total > final.total else final
+
+
+def _model_of(settings_model: str | None, provider_model: str | None) -> str | None:
+    return settings_model or (provider_model if provider_model and SAFE_MODEL.fullmatch(provider_model) else None)
+
+
 def codex(ctx: JobContext) -> CodexResult:
     """Raises: CodexNotFoundError; PhaseError on a non-zero exit or the deadline."""
     settings, job = ctx.settings, ctx.job
@@ -145,19 +206,27 @@ def codex(ctx: JobContext) -> CodexResult:
     if found is None:
         raise CodexNotFoundError(settings.codex_bin)
     codex_path = os.path.abspath(found)  # codex runs in buggy-source: a relative path would miss
+    card = load_rate_card(settings.rate_card)  # a bad card is refused before codex runs
     codex_home = resolve_codex_home(settings.codex_home, os.environ, operator_home())
     provider = active_provider(codex_home, settings.codex_profile, settings.codex_config)
+    model = _model_of(settings.model, provider.model)
+    if card.rates(model) is None:
+        log.warning("model_not_on_rate_card", model=model, cost_known=False,
+                    cost_cap_enforced=False if settings.max_cost_usd is not None else None)
     stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
     job.last_message.unlink(missing_ok=True)
     argv = codex_argv(
         codex_path, job.buggy_source, job.last_message,
         model=settings.model, profile=settings.codex_profile, overrides=settings.codex_config,
     )
-    environment = child_environment(
-        os.environ, provider_key=provider.env_key, home=_fresh_home(job.agent_home),
-        codex_home=codex_home if codex_home.is_dir() else None,  # else codex makes one under its HOME
-    )
-    own_logs = frozenset(job.relative(path) for path in (stdout_path, stderr_path))
+    home = _fresh_home(job.agent_home)
+    private_home = private_codex_home(codex_home if codex_home.is_dir() else None, home / PRIVATE_CODEX_HOME)
+    environment = child_environment(os.environ, provider_key=provider.env_key, home=home, codex_home=private_home)
+    meter = UsageMeter(private_home)
+    spending = _Spending(card, model, settings.max_tokens, settings.max_cost_usd, job.logs / LIVE_USAGE)
+    (job.logs / LIVE_USAGE).unlink(missing_ok=True)
+    # the runner writes the live usage itself while codex runs; only a batch's budget reads it, never a result
+    own_logs = frozenset(job.relative(path) for path in (stdout_path, stderr_path, job.logs / LIVE_USAGE))
     if _identity(job.buggy_source) is None:
         raise PhaseError("codex", "codex_replaced_source",
                          "buggy-source/ is not a directory (a link, or gone); move it aside and start over")
@@ -185,13 +254,9 @@ def codex(ctx: JobContext) -> CodexResult:
                 cwd=job.buggy_source,
                 env=environment,
             ) as child:
-                log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout)
-                try:
-                    exit_code = child.wait(timeout=settings.codex_timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    _kill_group(child.pid)
-                    exit_code = child.wait()
+                log.info("codex_started", pid=child.pid, timeout_seconds=settings.codex_timeout,
+                         max_tokens=settings.max_tokens, max_cost_usd=settings.max_cost_usd)
+                exit_code, timed_out = _wait_metered(child, meter, spending, settings.codex_timeout)
         except AgentNotContainedError as e:
             raise PhaseError("codex", "agent_not_contained", f"{e}; the attempt is not trusted") from e
         finally:
@@ -223,9 +288,11 @@ def codex(ctx: JobContext) -> CodexResult:
             details={"runner_files_touched": len(tampered), "timed_out": timed_out},
         )
     usage = usage_from_events(stdout_path)
+    tokens = _merged(usage, meter.poll())  # with the responses that completed after the last poll
+    cost = price(tokens, model, card)
     if timed_out:
         reason = Reason.CODEX_TIMEOUT
-    elif exit_code == 0:
+    elif exit_code == 0 or spending.exceeded:  # stopped at a cap: the work so far is patched and scored
         reason = Reason.OK
     else:
         reason = Reason.CODEX_MODEL_ERROR if usage.model_error else Reason.CODEX_EXIT_NONZERO
@@ -239,11 +306,18 @@ def codex(ctx: JobContext) -> CodexResult:
         stdout_bytes=stdout_path.stat().st_size,
         stderr_bytes=stderr_path.stat().st_size,
         last_message_present=_last_message_present(job.last_message),
-        **{name: value for name, value in asdict(usage).items() if name != "model_error"},  # tokens and turns
+        **asdict(tokens),
+        turns=usage.turns,
+        failed_turns=usage.failed_turns,
         model_error=usage.model_error if reason is Reason.CODEX_MODEL_ERROR else None,
         infra_failure=reason is Reason.CODEX_MODEL_ERROR,
-        model=settings.model or (provider.model if provider.model and SAFE_MODEL.fullmatch(provider.model) else None),
+        model=model,
         codex_overrides_sha256=overrides_sha256(settings.codex_config),
+        cost_usd=cost,
+        cost_known=cost is not None,
+        rate_card_sha256=card.sha256,
+        budget_exceeded=spending.exceeded is not None,
+        budget_reason=spending.exceeded,
     )
     if result.reason is not Reason.OK:
         if timed_out:

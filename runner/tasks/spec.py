@@ -30,6 +30,7 @@ from runner.settings import (
     CacheGigabytes,
     CodexOverrides,
     CommandName,
+    DollarCap,
     ContainerPath,
     EvalNetwork,
     HostPath,
@@ -43,6 +44,7 @@ from runner.settings import (
     ShellLine,
     Tag,
     Timeout,
+    TokenCap,
     UserName,
 )
 
@@ -67,6 +69,8 @@ class TaskSpec(Frozen):
     patch_exclude: PatchPatterns = ()
     allow_unscorable: bool = False
     eval_probe: ProbeEndpoints = ()  # empty: the package index
+    max_tokens: TokenCap | None = None
+    max_cost_usd: DollarCap | None = None
 
     def for_tag(self, tag: str) -> TaskSpec:
         """The same settings for another tag (a batch's, a suite's).
@@ -87,6 +91,7 @@ class HostSettings(Frozen):
     cache_dir: HostPath | None = None
     cache_max_gb: CacheGigabytes = 20.0
     agent_user: UserName | None = None
+    rate_card: HostPath | None = None
 
 
 class CallSettings(Frozen):

@@ -11,6 +11,7 @@ that the guard tests can fail.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -33,7 +34,19 @@ from runner.canary.model_server import (
     write_codex_home,
 )
 from runner.canary.run import RUN_THE_CHECK, fix_call
-from tests.conftest import IN_CI, make_job_root, read_json, run_cli, stub_args
+from tests.conftest import IN_CI, log_events, make_job_root, read_json, run_cli, stub_args
+
+SHIPPED_CARD = Path(__file__).resolve().parents[2] / "runner" / "data" / "rate_card.toml"
+# Dollars per million tokens of the scripted model, for the tests' own --rate-card.
+SCRIPTED_CARD = f"""version = "test-1"
+[models."{MODEL}"]
+input_per_million = 1.0
+cached_input_per_million = 0.1
+output_per_million = 10.0
+reasoning_per_million = 20.0
+"""
+# TURN_USAGE on that card: (100-40)*1 + 40*0.1 + (20-5)*10 + 5*20 = 314 millionths of a dollar a response
+COST_PER_RESPONSE = 0.000314
 
 pytestmark = [pytest.mark.docker, pytest.mark.real_codex, pytest.mark.usefixtures("no_leaked_containers")]
 
@@ -58,6 +71,7 @@ class Run:
     job: Path
     requests: int
     stderr: str
+    completed: int = 0  # responses the model sent whole, usage and all
 
     @property
     def run(self) -> dict:
@@ -85,8 +99,8 @@ def run_scripted(tmp_path: Path, stub_image: str, real_codex: Path) -> Iterator:
                 env={KEY_VARIABLE: KEY_VALUE, "OPENAI_API_KEY": OPENAI_VALUE, "DEPLOY_SECRET_TOKEN": PLANTED,
                      **(env or {})},
             )
-            requests = model.requests
-        return Run(done.returncode, job, requests, done.stderr)
+            requests, completed = model.requests, model.completed
+        return Run(done.returncode, job, requests, done.stderr, completed)
 
     yield run
 
@@ -116,14 +130,21 @@ def test_a_fix_then_the_tests_run_the_ordinary_way_is_resolved(run_scripted) -> 
     assert done.requests == 4
     assert run["metrics"]["input_tokens"] == 400 and run["metrics"]["cache_tokens"] == 160
     assert run["metrics"]["output_tokens"] == 80 and run["metrics"]["reasoning_tokens"] == 20
+    # the scripted model is on no card: its cost is unknown, not a made-up 0, and nothing stopped codex
+    assert run["metrics"]["cost_known"] is False and run["metrics"]["cost_usd"] is None
+    assert run["metrics"]["rate_card_sha256"] == hashlib.sha256(SHIPPED_CARD.read_bytes()).hexdigest()
+    assert run["codex"]["budget_exceeded"] is False and run["codex"]["budget_reason"] is None
+    assert log_events(done.stderr, "model_not_on_rate_card")[0]["model"] == MODEL
+
+
+WRONG_FIX = exec_call(
+    "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: calc/mathops.py\n@@\n"
+    "-    return a - b\n+    return a * b\n*** End Patch\nPATCH"
+)
 
 
 def test_a_wrong_fix_is_unresolved(run_scripted) -> None:
-    wrong = exec_call(
-        "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: calc/mathops.py\n@@\n"
-        "-    return a - b\n+    return a * b\n*** End Patch\nPATCH"
-    )
-    done = run_scripted([turn(wrong), turn(message("done"))])
+    done = run_scripted([turn(WRONG_FIX), turn(message("done"))])
     assert done.exit_code == 0, done.stderr[-2000:]
     assert done.result["terminal_state"] == "evaluated_unresolved"
     assert done.run["apply_exit_code"] == 0 and done.run["patched_exit_code"] != 0
@@ -153,6 +174,59 @@ def test_a_model_that_hangs_past_the_deadline_is_a_codex_timeout(run_scripted) -
     assert done.exit_code == 1
     assert done.run["first_failure_reason"] == "codex_timeout"
     assert done.run["infra_failure"] is False and done.run["codex"]["timed_out"] is True
+
+
+@pytest.mark.parametrize("cap", ["--max-tokens=300", f"--max-cost-usd={COST_PER_RESPONSE * 2.5}"])
+def test_a_cap_stops_codex_after_the_response_that_crosses_it_and_the_attempt_is_scored(
+    run_scripted, tmp_path: Path, cap: str
+) -> None:
+    """Each response spends 120 tokens (314 µ$): two stay under the cap, the third crosses it.
+
+    codex writes a response's usage to its session record as it sends the next request, so the
+    meter sees the third one then and stops codex while the (slow) fourth is being answered."""
+    card = tmp_path / "card.toml"
+    card.write_text(SCRIPTED_CARD)
+    script = [turn(WRONG_FIX), turn(exec_call("echo turn-2")), turn(exec_call("echo turn-3")),
+              *[turn(exec_call(f"echo turn-{i}"), thinking_seconds=30) for i in range(4, 7)]]
+    done = run_scripted(script, cap, f"--rate-card={card}")
+    assert done.exit_code == 0, done.stderr[-2000:]  # scored: patched and evaluated, not an infrastructure failure
+    assert done.completed == 3 and done.requests == 4  # the fourth was cut off before its answer
+    run = done.run
+    assert run["codex"]["budget_exceeded"] is True
+    assert run["codex"]["budget_reason"] == cap.split("=")[0].removeprefix("--").replace("-", "_")
+    assert run["infra_failure"] is False and run["codex"]["timed_out"] is False
+    assert done.result["terminal_state"] == "evaluated_unresolved"  # the tree as the agent left it
+    assert run["phase_status"]["patch"] == "ok" and run["phase_status"]["evaluate"] == "ok"
+    # the tokens of the three responses, as the script spent them, and their price on the card
+    assert run["metrics"]["input_tokens"] == 300 and run["metrics"]["cache_tokens"] == 120
+    assert run["metrics"]["output_tokens"] == 60 and run["metrics"]["reasoning_tokens"] == 15
+    assert run["metrics"]["cost_known"] is True and run["metrics"]["cost_usd"] == pytest.approx(3 * COST_PER_RESPONSE)
+    assert run["metrics"]["rate_card_sha256"] == hashlib.sha256(card.read_bytes()).hexdigest()
+    marker = read_json(done.job / "result-markers" / "codex.json")
+    assert marker["status"] == "ok" and marker["details"]["budget_exceeded"] is True
+    assert "turn-3" in done.codex_events() and "turn-4" not in done.codex_events()
+    live = read_json(done.job / "logs" / "codex.usage.json")  # what a batch's suite budget reads meanwhile
+    assert live["total_tokens"] == 360 and live["cost_usd"] == pytest.approx(3 * COST_PER_RESPONSE)
+
+
+def test_a_codex_killed_at_its_deadline_still_has_its_tokens_counted(run_scripted, tmp_path: Path) -> None:
+    """codex reports usage only when it ends; the meter has the responses that completed before the kill."""
+    card = tmp_path / "card.toml"
+    card.write_text(SCRIPTED_CARD)
+    done = run_scripted([turn(exec_call("echo a")), turn(exec_call("echo b")), fault("hang")],
+                        "--codex-timeout=8", f"--rate-card={card}", idle_timeout_ms=600_000)
+    assert done.exit_code == 1 and done.run["first_failure_reason"] == "codex_timeout"
+    assert done.run["metrics"]["input_tokens"] == 200 and done.run["metrics"]["output_tokens"] == 40
+    assert done.run["metrics"]["cost_usd"] == pytest.approx(2 * COST_PER_RESPONSE)
+    assert done.run["codex"]["budget_exceeded"] is False
+
+
+def test_a_rate_card_that_is_not_one_is_refused_before_codex_runs(run_scripted, tmp_path: Path) -> None:
+    card = tmp_path / "card.toml"
+    card.write_text('version = "x"\n[models."m"]\ninput_per_million = -1\n')
+    done = run_scripted([turn(message("never asked"))], f"--rate-card={card}")
+    assert done.exit_code == 2 and done.requests == 0
+    assert "card.toml" in done.stderr and "input_per_million" in done.stderr
 
 
 def test_the_agent_cannot_write_the_job_root_through_tmp_and_the_attempt_stands(run_scripted, tmp_path: Path) -> None:

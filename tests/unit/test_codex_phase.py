@@ -135,11 +135,19 @@ def test_a_failed_turn_is_a_model_error_and_an_infrastructure_failure(tmp_path: 
 
 def test_codex_gets_a_fresh_private_home_and_the_resolved_codex_home(tmp_path: Path) -> None:
     codex_home = tmp_path / "my-codex-home"
-    codex_home.mkdir()
-    script = _script(tmp_path, 'echo "$HOME|$CODEX_HOME" > where.txt; touch "$HOME/left-by-last-run"\n')
+    (codex_home / "sessions").mkdir(parents=True)
+    (codex_home / "config.toml").write_text('model = "m"\n')
+    (codex_home / "history.jsonl").write_text("{}\n")
+    script = _script(tmp_path, 'echo "$HOME|$CODEX_HOME" > where.txt; touch "$HOME/left-by-last-run"\n'
+                     'ls -A "$CODEX_HOME" > codex-home.txt; cat "$CODEX_HOME/config.toml" >> codex-home.txt\n')
     ctx = _ctx(tmp_path, script, codex_home=str(codex_home))
     codex(ctx)
     codex(ctx)  # the second run starts from an empty HOME again
     home, seen_codex_home = (ctx.job.buggy_source / "where.txt").read_text().strip().split("|")
-    assert home == str(ctx.job.agent_home) and seen_codex_home == str(codex_home)
-    assert [p.name for p in ctx.job.agent_home.iterdir()] == ["left-by-last-run"]
+    # codex's own CODEX_HOME is private, in its HOME: the operator's config and login are linked,
+    # what a session writes (its record, the history) is not, so it stays in the job root
+    assert home == str(ctx.job.agent_home) and seen_codex_home == str(ctx.job.agent_home / "codex-home")
+    assert (ctx.job.buggy_source / "codex-home.txt").read_text().split() == ["config.toml", "sessions", "model", "=", '"m"']
+    assert (ctx.job.agent_home / "codex-home" / "config.toml").readlink() == codex_home / "config.toml"
+    assert sorted(p.name for p in ctx.job.agent_home.iterdir()) == ["codex-home", "left-by-last-run"]
+    assert list((codex_home / "sessions").iterdir()) == []

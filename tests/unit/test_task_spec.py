@@ -107,7 +107,8 @@ SAMPLE = {"TAG": "t_9", "IMAGE": "img:9", "CODEX_BIN": "/x/codex", "ALLOW_DOCKER
           "RUNNER_CACHE_DIR": "/cache/9", "RUNNER_CACHE_MAX_GB": "9", "RUNNER_AGENT_USER": "agent9",
           "RUNNER_MODEL": "model-9", "RUNNER_CODEX_PROFILE": "p9", "CODEX_HOME": "/home/9/.codex",
           "RUNNER_CANARY_BASE_IMAGE": "base:9", "RUNNER_ALLOW_UNSCORABLE": "1",
-          "RUNNER_EVAL_PROBE": "mirror9.internal:3141, 10.0.0.9:80"}
+          "RUNNER_EVAL_PROBE": "mirror9.internal:3141, 10.0.0.9:80", "RUNNER_MAX_TOKENS": "9000",
+          "RUNNER_MAX_COST_USD": "0.9", "RUNNER_RATE_CARD": "/cards/9.toml"}
 
 
 def test_one_table_names_every_settings_variable() -> None:
