@@ -182,15 +182,17 @@ def test_a_cap_stops_codex_after_the_response_that_crosses_it_and_the_attempt_is
 ) -> None:
     """Each response spends 120 tokens (314 µ$): two stay under the cap, the third crosses it.
 
-    codex writes a response's usage to its session record as it sends the next request, so the
-    meter sees the third one then and stops codex while the (slow) fourth is being answered."""
+    codex writes a response's usage to its session record once that turn's command has run, as it
+    sends the next request, so the meter sees the third one then and stops codex at the latest
+    while the (slow) fourth is being answered."""
     card = tmp_path / "card.toml"
     card.write_text(SCRIPTED_CARD)
     script = [turn(WRONG_FIX), turn(exec_call("echo turn-2")), turn(exec_call("echo turn-3")),
               *[turn(exec_call(f"echo turn-{i}"), thinking_seconds=30) for i in range(4, 7)]]
     done = run_scripted(script, cap, f"--rate-card={card}")
     assert done.exit_code == 0, done.stderr[-2000:]  # scored: patched and evaluated, not an infrastructure failure
-    assert done.completed == 3 and done.requests == 4  # the fourth was cut off before its answer
+    # the fourth, if codex had sent it by then, was cut off before its answer
+    assert done.completed == 3 and done.requests in (3, 4)
     run = done.run
     assert run["codex"]["budget_exceeded"] is True
     assert run["codex"]["budget_reason"] == cap.split("=")[0].removeprefix("--").replace("-", "_")
