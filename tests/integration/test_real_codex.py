@@ -277,7 +277,8 @@ def test_the_operators_dotfiles_do_not_run(run_scripted, tmp_path: Path) -> None
                          turn(message("nothing to fix"))])
     events = done.codex_events()
     assert "NOLOGIN" in events and "bash -lc" not in events
-    assert sorted(p.name for p in (done.job / "agent-home").iterdir()) == []  # nothing written to HOME either
+    # nothing written to HOME either, but the runner's private CODEX_HOME (the metered session record)
+    assert sorted(p.name for p in (done.job / "agent-home").iterdir()) == ["codex-home"]
 
 
 def test_precheck_names_a_missing_provider_key(stub_image: str, real_codex: Path, tmp_path: Path) -> None:
