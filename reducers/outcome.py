@@ -10,6 +10,8 @@ States:
 - ``failed``: not scored: the operator's input was refused, or the host, Docker, git,
   the model provider or the runner broke (``infra_failure``);
 - ``cancelled``: interrupted by the operator (Ctrl-C, a drain, ``cancel``);
+- ``skipped_budget``: never started: the suite's budget (``--suite-budget-usd``) was spent;
+  a rerun with a larger budget takes it;
 - ``queued`` and ``running`` are the fleet's, before a task ends;
 - ``unreadable`` is the views': a row whose file or record was refused when read.
 
@@ -40,6 +42,7 @@ class TaskState(StrEnum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SKIPPED_BUDGET = "skipped_budget"
     UNREADABLE = "unreadable"  # a view's row whose record was refused when read (the views say why)
 
 

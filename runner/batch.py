@@ -27,8 +27,10 @@ from typing import Any, Protocol
 
 import structlog
 
+from reducers.costs import cost_summary
 from reducers.outcome import TaskState, task_facts
 from runner.audit import read_audit_labels
+from runner.budget import SuiteBudget
 from runner.errors import BadInputError, ExitCode, REFUSALS
 from runner.jobroot import JobRoot
 from runner.journal import default_state_dir, evaluated
@@ -119,6 +121,8 @@ class BatchSummary:
     # With attempts: the ledger's per-tag summaries (n, c, pass@k) and the suite's mean pass@k.
     pass_at: list[dict[str, Any]] | None = None
     suite_pass_at: dict[str, Any] | None = None
+    # What the suite (every row of the ledger) cost, and of its budget what is left.
+    cost: dict[str, Any] | None = None
 
     @classmethod
     def not_started(cls, tags: int) -> BatchSummary:
@@ -151,6 +155,7 @@ class BatchSummary:
             **({"audit": self._over_valid()} if self.audit_labels is not None else {}),
             **({"attempts": self.attempts, "tasks": self.pass_at, "suite": self.suite_pass_at}
                if self.attempts > 1 else {}),
+            **({"cost": self.cost} if self.cost is not None else {}),
         }
 
     def _over_valid(self) -> dict[str, Any]:
@@ -197,21 +202,25 @@ def run_batch(
     progress: Progress,
     *,
     attempts: int = 1,
+    suite_budget_usd: float | None = None,
 ) -> BatchSummary:
     """Run every tag (or attempt) not yet evaluated, ``workers`` at a time; the ledger after each.
 
     ``template``: the operator's settings; each tag gets them as its own spec (``for_tag``).
+    ``suite_budget_usd``: no task starts once the suite's spending would pass it (``runner.budget``).
 
     Raises:
         BadInputError: bad ``workers``, ``attempts`` or jobs directory, or another batch holds it.
     """
     jobs_dir = ensure_dir(jobs_dir, "--jobs-dir")
     check_attempts(attempts)
-    return run_units(template, host, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress)
+    return run_units(template, host, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress,
+                     suite_budget_usd=suite_budget_usd)
 
 
 def run_attempts(
-    spec: TaskSpec, host: HostSettings, job_root: Path, attempts: int, workers: int, progress: Progress
+    spec: TaskSpec, host: HostSettings, job_root: Path, attempts: int, workers: int, progress: Progress,
+    *, suite_budget_usd: float | None = None,
 ) -> BatchSummary:
     """``--execute --job-root J --attempts K``: K attempts of the one tag, at ``J/attempt-<i>``, ledger at ``J``.
 
@@ -220,7 +229,7 @@ def run_attempts(
     """
     job_root = ensure_dir(job_root, "--job-root")
     units = attempt_units([spec.tag], check_attempts(attempts), lambda _tag: job_root)
-    return run_units(spec, host, units, job_root, workers, progress)
+    return run_units(spec, host, units, job_root, workers, progress, suite_budget_usd=suite_budget_usd)
 
 
 def run_units(
@@ -230,16 +239,21 @@ def run_units(
     ledger_dir: Path,
     workers: int,
     progress: Progress,
+    *,
+    suite_budget_usd: float | None = None,
 ) -> BatchSummary:
     """Each unit in its own process, ``workers`` at a time; one ledger (and one lock) in ``ledger_dir``."""
     if workers < 1 or workers > 64:
         raise BadInputError("--workers must be between 1 and 64")
+    if suite_budget_usd is not None and not 0 < suite_budget_usd <= 1_000_000_000:
+        raise BadInputError("--suite-budget-usd must be a positive number of dollars")
     with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
-        return _run_locked(template, host, units, ledger_dir, workers, progress)
+        return _run_locked(template, host, units, ledger_dir, workers, progress, suite_budget_usd)
 
 
 def _run_locked(
-    template: TaskSpec, host: HostSettings, units: list[Unit], jobs_dir: Path, workers: int, progress: Progress
+    template: TaskSpec, host: HostSettings, units: list[Unit], jobs_dir: Path, workers: int, progress: Progress,
+    suite_budget_usd: float | None,
 ) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger_lock = threading.Lock()
@@ -252,13 +266,28 @@ def _run_locked(
     for unit in units:
         if unit not in todo:
             progress.skipped(unit.name)
+    budget = _budget(ledger, todo, suite_budget_usd)
+    warned_unpriced = threading.Event()
     ran: list[LedgerRow] = []
     started = time.monotonic()
 
     def task(unit: Unit) -> None:
         with children.task():  # counted before it looks at stopping: a stop waits for it to end
-            if not children.stopping.is_set():
-                run_unit(unit)
+            if children.stopping.is_set():
+                return
+            if budget is not None and not budget.try_start(unit.name, JobRoot.at(unit.job_root, unit.tag).logs):
+                record(unit, LedgerRow(tag=unit.tag, attempt=unit.attempt, state=TaskState.SKIPPED_BUDGET))
+                return
+            run_unit(unit)
+
+    def record(unit: Unit, row: LedgerRow) -> None:
+        with ledger_lock:
+            try:
+                ledger.upsert(row)
+            except (OSError, *REFUSALS) as e:  # the ledger could not be written: the task's own files stand
+                log.error("ledger_not_written", task=unit.name, error_type=type(e).__name__)
+            ran.append(row)
+        progress.finished(row)
 
     def run_unit(unit: Unit) -> None:
         progress.started(unit.name)
@@ -270,13 +299,13 @@ def _run_locked(
             log.error("task_not_started", task=unit.name, error_type=type(e).__name__)
             end, wall = TaskEnd(returncode=int(ExitCode.BAD_ENVIRONMENT), outcome=None), 0.0
         row = _row(unit, end, wall, stopping=children.stopping.is_set())
-        with ledger_lock:
-            try:
-                ledger.upsert(row)
-            except (OSError, *REFUSALS) as e:  # the ledger could not be written: the task's own files stand
-                log.error("ledger_not_written", task=unit.name, error_type=type(e).__name__)
-            ran.append(row)
-        progress.finished(row)
+        if budget is not None:
+            budget.finished(unit.name, row.cost_usd)
+        if row.cost_usd is None and row.model is not None and not warned_unpriced.is_set():
+            warned_unpriced.set()  # once per suite: every task of that model is unpriced alike
+            log.warning("suite_cost_unknown", task=unit.name, model=row.model,
+                        hint="the model is not on the rate card: its cost is unknown and no budget counts it")
+        record(unit, row)
 
     interrupted = False
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="task")
@@ -297,6 +326,8 @@ def _run_locked(
             except (OSError, *REFUSALS) as e:
                 log.error("ledger_not_written", error_type=type(e).__name__)
     interrupted = interrupted or any(row.state is TaskState.CANCELLED for row in ran)
+    skipped_budget = [row for row in ran if row.state is TaskState.SKIPPED_BUDGET]
+    ran = [row for row in ran if row.state is not TaskState.SKIPPED_BUDGET]
     phase_seconds: Counter[str] = Counter()
     for row in ran:
         phase_seconds.update(row.phase_durations_seconds)
@@ -307,7 +338,7 @@ def _run_locked(
         ran=len(ran),
         resolved=sum(1 for row in ran if row.resolved),
         failures_by_label=dict(Counter(row.failure_label or row.state.value for row in ran if not row.resolved)),
-        states=dict(Counter(row.state.value for row in ran)),
+        states=dict(Counter(row.state.value for row in [*ran, *skipped_budget])),
         evaluated=sum(1 for row in ran if row.evaluated),
         wall_seconds=time.monotonic() - started,
         phase_seconds=dict(phase_seconds),
@@ -320,7 +351,20 @@ def _run_locked(
         attempts=max(unit.attempt or 1 for unit in units) if units else 1,
         pass_at=document.get("tasks"),
         suite_pass_at=document.get("suite"),
+        cost=document.get("cost") if suite_budget_usd is None else
+        cost_summary(((row.tag, row) for row in ledger.rows.values()), budget_usd=suite_budget_usd),
     )
+
+
+def _budget(ledger: RunLedger, todo: list[Unit], limit_usd: float | None) -> SuiteBudget | None:
+    """The suite's budget, already charged with what its rows not run again cost."""
+    if limit_usd is None:
+        return None
+    budget = SuiteBudget(limit_usd)
+    again = {unit.name for unit in todo}  # their cost is counted when they end (a resumed codex included)
+    budget.seed([row.cost_usd for key, row in ledger.rows.items()
+                 if key not in again and row.cost_usd is not None and row.state is not TaskState.SKIPPED_BUDGET])
+    return budget
 
 
 def _audit_labels(jobs_dir: Path) -> dict[str, str] | None:

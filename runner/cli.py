@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="independent attempts per tag (default 1): each its own job root <job root>/attempt-<i> "
         "(a batch: DIR/<tag>/attempt-<i>), codex run, patch, evaluation and compact files",
     )
+    where.add_argument(
+        "--suite-budget-usd", type=float, metavar="DOLLARS",
+        help="batch (or --attempts): no task starts once the suite's cost (its ledger's finished tasks, plus the "
+        "running ones' so far) would pass this; the rest end skipped_budget, and a rerun with a larger budget "
+        "takes them",
+    )
     add_task_flags(parser, many_tags=False)
     add_host_flags(parser)
     call = parser.add_argument_group("this call")
@@ -186,7 +192,7 @@ def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str,
             raise KeyboardInterrupt("signal before start")
         with progress_for(len(tags)) as progress:
             summary = run_batch(operator.spec, operator.host, tags, args.jobs_dir, args.workers or 1, progress,
-                                attempts=args.attempts or 1)
+                                attempts=args.attempts or 1, suite_budget_usd=args.suite_budget_usd)
     except KeyboardInterrupt:  # before any task started: still a summary, and 130
         summary = BatchSummary.not_started(len(tags))
     return summary.report(), summary.exit_code
@@ -200,7 +206,7 @@ def _attempts(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[s
             raise KeyboardInterrupt("signal before start")
         with progress_for(args.attempts) as progress:
             summary = run_attempts(operator.spec, operator.host, operator.job_root, args.attempts, args.workers or 1,
-                                   progress)
+                                   progress, suite_budget_usd=args.suite_budget_usd)
     except KeyboardInterrupt:
         summary = BatchSummary.not_started(1)
     report = summary.report()
@@ -279,6 +285,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         from runner.canary.run import run_canary
 
         return run_canary(operator.settings())
+    if args.suite_budget_usd is not None and not (_is_batch(args) or _is_attempts(args)):
+        raise BadInputError("--suite-budget-usd goes with a batch (--jobs-dir) or --attempts (or with submit)")
     if _is_batch(args):
         return _batch(args, operator)
     if _is_attempts(args):

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from reducers.costs import cost_summary
 from reducers.markers import compact_input_error
 from reducers.outcome import TaskFacts, TaskState
 from reducers.passk import infra_label, pass_at_markdown, suite_pass_at_summary, tag_pass_at
@@ -244,6 +245,7 @@ class RunLedger(JournaledLedger[LedgerRow]):
             summaries = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in rows])
             document["tasks"] = summaries
             document["suite"] = suite_pass_at_summary(summaries)
+        document["cost"] = cost_summary((row.tag, row) for row in rows)
         return document
 
 
@@ -268,4 +270,26 @@ def render_markdown(document: dict[str, Any]) -> str:
         )
     if "tasks" in document:
         lines += ["", *pass_at_markdown(document["tasks"], document["suite"])]
+    if "cost" in document:
+        lines += ["", *cost_markdown(document["cost"])]
     return "\n".join(lines) + "\n"
+
+
+def cost_markdown(cost: dict[str, Any]) -> list[str]:
+    """The cost summary (``reducers.costs``) as a few Markdown lines."""
+    def dollars(value: float | None) -> str:
+        return "-" if value is None else f"${value:.4f}"
+
+    lines = [
+        "## Cost",
+        "",
+        f"- total: {dollars(cost['total_usd'])} over {cost['tasks_priced']} priced tasks"
+        + (f" ({cost['tasks_cost_unknown']} of a model the rate card lacks, not counted)" if cost["tasks_cost_unknown"] else ""),
+        f"- per task: {dollars(cost['per_task_usd'])}; per resolved task: {dollars(cost['per_resolved_usd'])}",
+    ]
+    if "budget_usd" in cost:
+        lines.append(f"- budget: {dollars(cost['budget_usd'])}, left {dollars(cost['left_usd'])}, "
+                     f"{cost['skipped_budget']} tasks skipped for it")
+    if cost["per_tag_usd"]:
+        lines += ["", "| tag | cost |", "|---|---|", *(f"| {tag} | {dollars(v)} |" for tag, v in cost["per_tag_usd"].items())]
+    return lines

@@ -28,7 +28,7 @@ class LogProgress:
     def finished(self, row: LedgerRow) -> None:
         log.info(
             "task_finished", task=row.key, state=row.state, resolved=row.resolved,
-            first_failed_phase=row.first_failed_phase, wall_seconds=row.wall_seconds,
+            first_failed_phase=row.first_failed_phase, wall_seconds=row.wall_seconds, cost_usd=row.cost_usd,
         )
 
     def skipped(self, tag: str) -> None:

@@ -68,13 +68,20 @@ def _sse(event: Mapping[str, Any]) -> bytes:
 
 
 class ScriptedModel:
-    """The server; use as a context manager. ``requests`` counts the POSTs it answered."""
+    """The server; use as a context manager. ``requests`` counts the POSTs it answered.
 
-    def __init__(self, script: Sequence[Mapping[str, Any]], *, final_text: str = "done") -> None:
+    ``per_conversation``: every conversation (a codex run) gets the whole script, its step
+    chosen by how many tool results the request carries, so concurrent runs (a batch's
+    workers) each see the same turns in order; by default one script is shared by every request.
+    """
+
+    def __init__(self, script: Sequence[Mapping[str, Any]], *, final_text: str = "done",
+                 per_conversation: bool = False) -> None:
         for step in script:
             if "fault" in step and step["fault"] not in FAULTS:
                 raise ValueError(f"unknown fault {step['fault']!r}")
         self._script = list(script)
+        self._per_conversation = per_conversation
         self._final = turn(message(final_text))
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -108,6 +115,11 @@ class ScriptedModel:
         with self._lock:
             self.requests += 1
             self.bodies.append(body)
+            if self._per_conversation:
+                items = body.get("input")
+                step = sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output") \
+                    if isinstance(items, list) else 0
+                return self._script[step] if step < len(self._script) else self._final
             return self._script.pop(0) if self._script else self._final
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

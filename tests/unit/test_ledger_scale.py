@@ -35,7 +35,7 @@ def test_an_update_costs_the_same_with_ten_thousand_rows(tmp_path: Path) -> None
     assert len(reloaded.rows) == 10_050 and reloaded.rows["n_049"].wall_seconds == 49.0
     reloaded.compact()
     document = json.loads((tmp_path / "run-ledger.json").read_text())
-    assert set(document) == {"schema_version", "rows"} and len(document["rows"]) == 10_050
+    assert set(document) == {"schema_version", "rows", "cost"} and len(document["rows"]) == 10_050
     assert [row["tag"] for row in document["rows"]] == sorted(row["tag"] for row in document["rows"])
     assert not (tmp_path / LEDGER_JOURNAL).exists()
 

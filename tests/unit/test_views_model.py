@@ -48,7 +48,8 @@ def test_rates_with_and_without_infrastructure_failures(batch_rows: list[TaskRow
     assert summary.tasks == 8 and summary.finished == 5 and summary.resolved == 1 and summary.infra_failures == 2
     assert summary.resolved_rate == pytest.approx(1 / 5)
     assert summary.resolved_rate_excluding_infra == pytest.approx(1 / 3)
-    assert summary.by_state == {"queued": 1, "running": 1, "done": 3, "failed": 2, "cancelled": 1, "unreadable": 0}
+    assert summary.by_state == {"queued": 1, "running": 1, "done": 3, "failed": 2, "cancelled": 1,
+                                "skipped_budget": 0, "unreadable": 0}
     assert summary.pass_at == {1: pytest.approx(1 / 3)}  # three tags scored, one resolved
     assert summary.tokens == {"input": 123000, "cached_input": 90000, "output": 6900}
     assert dict(summary.failure_labels)["failed_extract_docker_error"] == 1
