@@ -43,3 +43,46 @@ def cost_summary(rows: Iterable[tuple[str, TaskFacts]], *, budget_usd: float | N
         summary |= {"budget_usd": budget_usd, "left_usd": round(max(budget_usd - total, 0.0), ROUNDING),
                     "skipped_budget": skipped}
     return summary
+
+
+def estimate_cost(
+    history: Iterable[tuple[str, TaskFacts]], tags: list[str], *, model: str | None = None, attempts: int = 1
+) -> dict[str, Any]:
+    """What ``tags`` (``attempts`` each) should cost, from the priced rows of ``history``.
+
+    Of the same model when one is named (else of any); a tag with history of its own is
+    estimated from it, the others from the mean over every tag. The range is the cheapest and
+    dearest attempt seen, per tag where known.
+    """
+    per_tag: dict[str, list[float]] = {}
+    tokens: list[int] = []
+    for tag, facts in history:
+        if facts.cost_usd is None or (model is not None and facts.model != model):
+            continue
+        per_tag.setdefault(tag, []).append(facts.cost_usd)
+        tokens.append(facts.input_tokens + facts.output_tokens)
+    every = [cost for costs in per_tag.values() for cost in costs]
+    base: dict[str, Any] = {"model": model, "tags": len(tags), "attempts_per_tag": attempts,
+                            "attempts_in_history": len(every)}
+    if not every:
+        return base | {"known": False, "expected_usd": None, "low_usd": None, "high_usd": None,
+                       "why": "no priced attempt in the ledger's history" + (f" of model {model}" if model else "")}
+    mean_all = sum(every) / len(every)
+    expected = low = high = 0.0
+    from_own = 0
+    for tag in tags:
+        own = per_tag.get(tag)
+        from_own += own is not None
+        costs = own or every
+        expected += attempts * (sum(costs) / len(costs) if own else mean_all)
+        low += attempts * min(costs)
+        high += attempts * max(costs)
+    return base | {
+        "known": True,
+        "expected_usd": round(expected, ROUNDING),
+        "low_usd": round(low, ROUNDING),
+        "high_usd": round(high, ROUNDING),
+        "mean_per_attempt_usd": round(mean_all, ROUNDING),
+        "mean_tokens_per_attempt": round(sum(tokens) / len(tokens)),
+        "tags_with_own_history": from_own,
+    }

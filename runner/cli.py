@@ -18,7 +18,9 @@ from typing import Any
 import structlog
 
 from reducers.markers import read_markers
+from reducers.costs import estimate_cost
 from runner.batch import BatchSummary, run_attempts, run_batch
+from runner.ledger import RunLedger
 from runner.containment import signals
 from runner.containment.parent_death import follow_batch_parent
 from runner.containment.standard_streams import guard_standard_streams
@@ -174,9 +176,7 @@ def _reduced_fields(result: ReduceResult | None) -> dict[str, Any]:
     return result.model_dump(mode="json", include={"resolved", "terminal_state", "first_failed_phase", "failure_label"})
 
 
-def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str, Any], int]:
-    if not args.execute:
-        raise BadInputError("--jobs-dir, --tags-file, --workers and repeated --tag go with --execute")
+def _batch_tags(args: argparse.Namespace, operator: OperatorInput) -> list[str]:
     if args.jobs_dir is None:
         raise BadInputError("a batch needs --jobs-dir DIR (one job root per tag under it)")
     if operator.job_root is not None:
@@ -186,7 +186,33 @@ def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str,
     tags = [check_tag(tag, "--tag") for tag in args.tag or []]
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
-    tags = unique_tags(tags)
+    return unique_tags(tags)
+
+
+def _batch_plan(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str, Any], int]:
+    """A batch's plan: its tasks, and what they should cost from the jobs dir's ledger; runs nothing."""
+    tags = _batch_tags(args, operator)
+    ledger = RunLedger(args.jobs_dir, []) if args.jobs_dir.is_dir() else None
+    rows = list(ledger.rows.values()) if ledger is not None else []
+    todo = [tag for tag in tags if not any(row.tag == tag and row.evaluated for row in rows)]
+    report = {
+        "mode": "plan",
+        "touches_nothing": True,
+        "batch": {"tags": len(tags), "already_evaluated": len(tags) - len(todo), "to_run": len(todo),
+                  "attempts_per_tag": args.attempts or 1, "workers": args.workers or 1},
+        "suite_budget_usd": args.suite_budget_usd,
+        "max_tokens": operator.spec.max_tokens,
+        "max_cost_usd": operator.spec.max_cost_usd,
+        "estimate": estimate_cost(((row.tag, row) for row in rows), todo, model=operator.spec.model,
+                                  attempts=args.attempts or 1),
+    }
+    return report, ExitCode.COMPLETED
+
+
+def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str, Any], int]:
+    if not args.execute:
+        raise BadInputError("--jobs-dir, --tags-file, --workers and repeated --tag go with --execute")
+    tags = _batch_tags(args, operator)
     try:
         if signals.pending() is not None:
             raise KeyboardInterrupt("signal before start")
@@ -287,6 +313,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         return run_canary(operator.settings())
     if args.suite_budget_usd is not None and not (_is_batch(args) or _is_attempts(args)):
         raise BadInputError("--suite-budget-usd goes with a batch (--jobs-dir) or --attempts (or with submit)")
+    if _is_batch(args) and mode == "plan":
+        return _batch_plan(args, operator)
     if _is_batch(args):
         return _batch(args, operator)
     if _is_attempts(args):

@@ -56,6 +56,8 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         "tag_profile": settings.profile.name if settings.profile else None,
         "from_profile": list(settings.profile_fields),
         "codex_timeout_seconds": settings.codex_timeout,
+        "max_tokens": settings.max_tokens,
+        "max_cost_usd": settings.max_cost_usd,
         "eval_timeout_seconds": settings.eval_timeout,
         "phases": [
             {

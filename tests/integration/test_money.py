@@ -68,6 +68,17 @@ def test_a_suite_budget_starts_exactly_the_tasks_that_fit_and_a_rerun_finishes_t
     assert "## Cost" in (jobs / "run-ledger.md").read_text()
     first = {tag: (jobs / tag / "result-markers" / "codex.json").read_bytes() for tag in ran}
 
+    # the plan (no mode) prices what is left from the ledger's history, and runs nothing
+    plan = run_cli("--jobs-dir", str(jobs), *[arg for tag in TAGS for arg in ("--tag", tag)], "--image", stub_image)
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert planned["batch"] == {"tags": 6, "already_evaluated": 3, "to_run": 3, "attempts_per_tag": 1, "workers": 1}
+    estimate = planned["estimate"]
+    assert estimate["known"] is True and estimate["attempts_in_history"] == 3
+    assert estimate["expected_usd"] == pytest.approx(3 * PER_TASK) == estimate["low_usd"] == estimate["high_usd"]
+    assert estimate["mean_tokens_per_attempt"] == 240
+    assert all(not (jobs / tag / "result-markers").exists() for tag in TAGS[3:])
+
     again, requests = _batch(tmp_path, jobs, stub_image, real_codex, 7 * PER_TASK)
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads(again.stdout)
