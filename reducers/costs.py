@@ -8,14 +8,25 @@ counted apart, never as 0 dollars.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from reducers.outcome import TaskFacts, TaskState
 
 ROUNDING = 6  # a millionth of a dollar
 
 
-def cost_summary(rows: Iterable[tuple[str, TaskFacts]], *, budget_usd: float | None = None) -> dict[str, Any]:
+class Priced(Protocol):
+    """What a summary needs of a row: a ledger's (``TaskFacts``) or a view's (``TaskRow``)."""
+
+    state: TaskState
+    resolved: bool | None
+    cost_usd: float | None
+
+    @property
+    def spent_tokens(self) -> bool: ...
+
+
+def cost_summary(rows: Iterable[tuple[str, Priced]], *, budget_usd: float | None = None) -> dict[str, Any]:
     """Total, per tag, per resolved task; with a budget, what is left of it."""
     total = 0.0
     per_tag: dict[str, float] = {}
@@ -26,7 +37,7 @@ def cost_summary(rows: Iterable[tuple[str, TaskFacts]], *, budget_usd: float | N
             continue
         resolved += bool(facts.resolved)
         if facts.cost_usd is None:
-            unpriced += facts.model is not None or facts.input_tokens > 0  # it spent, at a price unknown
+            unpriced += facts.spent_tokens  # it spent, at a price unknown
             continue
         priced += 1
         total += facts.cost_usd

@@ -80,6 +80,10 @@ class TaskFacts(Frozen):
     budget_exceeded: bool = False  # a live cap stopped codex; the attempt was still scored
 
     @property
+    def spent_tokens(self) -> bool:
+        return self.input_tokens + self.output_tokens > 0
+
+    @property
     def scored(self) -> bool:
         """Counts in pass@k and the resolved rates: the agent had its say."""
         return self.state is TaskState.DONE

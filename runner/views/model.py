@@ -74,6 +74,7 @@ class TaskRow(Frozen):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     wall_seconds: float | None = Field(default=None, ge=0)
     tokens: dict[str, int] = Field(default_factory=dict)
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # None: unknown (reducers.costs)
     unreadable: Unreadable | None = None  # why, for an unreadable row (and only for one)
 
     @model_validator(mode="after")
@@ -105,6 +106,10 @@ class TaskRow(Frozen):
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.suite, self.tag, self.attempt)
+
+    @property
+    def spent_tokens(self) -> bool:
+        return sum(self.tokens.values()) > 0
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.views.model import TIMED_PHASES, TaskState
-from runner.views.render import STATE_COLORS, badge, esc, fmt_rate, fmt_seconds, page, stacked_bars, table
+from runner.views.render import STATE_COLORS, badge, esc, fmt_rate, fmt_seconds, fmt_usd, page, stacked_bars, table
 
 
 def summary_cards(doc: dict[str, Any]) -> str:
@@ -23,6 +23,8 @@ def summary_cards(doc: dict[str, Any]) -> str:
         ("excl. infra failures", fmt_rate(s["resolved_rate_excluding_infra"])),
         ("infra failures", str(s["infra_failures"])),
         ("tokens in / out", f"{s['tokens']['input']:,} / {s['tokens']['output']:,}"),
+        ("cost", fmt_usd(s["cost"]["total_usd"])),
+        ("cost per resolved", fmt_usd(s["cost"]["per_resolved_usd"])),
     ]
     inner = "".join(
         f'<div class="card" data-card="{esc(name)}"><span class="muted">{esc(name)}</span><b>{esc(value)}</b></div>'

@@ -12,7 +12,7 @@ from html import escape
 STATE_COLORS = {
     "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#6a1b9a",
     "queued": "#9e9e9e", "running": "#1565c0", "cancelled": "#616161", "done": "#2e7d32",
-    "unreadable": "#795548",
+    "unreadable": "#795548", "skipped_budget": "#9e9d24",
 }
 # Nothing may be fetched: the page is whole as written (a report opens offline).
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
@@ -51,6 +51,13 @@ def fmt_seconds(value: float | None) -> str:
     if value >= 60:
         return f"{value / 60:.1f} min"
     return f"{value:.1f} s"
+
+
+def fmt_usd(value: float | None) -> str:
+    """Dollars to the cent above $1, to a hundredth of a cent below; '-' when unknown."""
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
 
 
 def badge(text: str, color_key: str) -> str:

@@ -15,7 +15,7 @@ import structlog
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
 from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
-from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
+from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, fmt_usd, grid_chart, page, stacked_bars, table
 
 log = structlog.get_logger(__name__)
 
@@ -107,10 +107,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
                        [[task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
                          fmt_seconds(r["wall_seconds"])] for r in doc["rows"]])
-    lines += ["## Tokens per task", ""]
-    lines += _md_table(["task", "input", "cached input", "output"],
-                       [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output"))]
-                        for r in doc["rows"]])
+    cost = s["cost"]
+    lines += ["## Cost", ""]
+    lines += _md_table(["total", "priced tasks", "cost unknown", "per task", "per resolved task"],
+                       [[fmt_usd(cost["total_usd"]), str(cost["tasks_priced"]), str(cost["tasks_cost_unknown"]),
+                         fmt_usd(cost["per_task_usd"]), fmt_usd(cost["per_resolved_usd"])]])
+    lines += _md_table(["tag", "cost"], [[tag, fmt_usd(value)] for tag, value in cost["per_tag_usd"].items()])
+    lines += ["## Tokens and cost per task", ""]
+    lines += _md_table(["task", "input", "cached input", "output", "cost"],
+                       [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output")),
+                         fmt_usd(r.get("cost_usd"))] for r in doc["rows"]])
     if unreadable_rows(doc):
         lines += ["## Unreadable", ""]
         lines += _md_table(["task", "reason"], unreadable_rows(doc))

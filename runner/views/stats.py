@@ -12,7 +12,9 @@ Pure. Conventions, the same on the page, in /metrics and in the report:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Any
 
+from reducers.costs import cost_summary
 from reducers.models import Frozen
 
 from reducers.passk import attempt_counts, pass_at_table, suite_pass_at
@@ -38,6 +40,7 @@ class SuiteSummary(Frozen):
     resolved_rate: float | None
     resolved_rate_excluding_infra: float | None
     tokens: dict[str, int]
+    cost: dict[str, Any]  # reducers.costs.cost_summary: total, per task, per resolved, per tag
     failure_labels: list[tuple[str, int]]  # (label, tasks) of the finished unresolved, most first
     pass_at: dict[int, float]  # k -> mean pass@k over tags with at least k scored attempts
     rate_by_attempt: dict[int, float]  # attempt -> resolved rate among its scored rows
@@ -82,6 +85,7 @@ def summarize(rows: list[TaskRow]) -> SuiteSummary:
         resolved_rate=resolved / len(finished) if finished else None,
         resolved_rate_excluding_infra=resolved / n_scored if (n_scored := sum(1 for row in finished if scored(row))) else None,
         tokens=tokens,
+        cost=cost_summary((row.tag, row) for row in rows if row.kind == "task"),
         failure_labels=labels.most_common(),
         pass_at=pass_at,
         rate_by_attempt={

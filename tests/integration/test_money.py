@@ -88,6 +88,15 @@ def test_a_suite_budget_starts_exactly_the_tasks_that_fit_and_a_rerun_finishes_t
     assert all((jobs / tag / "result-markers" / "codex.json").read_bytes() == marker for tag, marker in first.items())
     rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
     assert all(row["state"] == "done" and row["resolved"] for row in rows.values())
+    # the report shows the suite's total, per resolved task, per tag and per task
+    report = run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "report.md"), "--format", "markdown")
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "report.md").read_text()
+    total, each = f"${6 * PER_TASK:.4f}", f"${PER_TASK:.4f}"
+    assert f"| {total} | 6 | 0 | {each} | {each} |" in text
+    assert all(f"| {tag} | {each} |" in text for tag in TAGS)
+    html = run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "report.html"))
+    assert html.returncode == 0 and total in (tmp_path / "report.html").read_text()
 
 
 def test_with_two_workers_the_budget_still_starts_only_what_fits(tmp_path: Path, stub_image: str, real_codex: Path) -> None:  # noqa: F811
