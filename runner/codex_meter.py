@@ -20,8 +20,7 @@ import os
 from pathlib import Path
 
 from runner.atomic import write_bytes_atomic
-from runner.codex_usage import MAX_LINE, MAX_TOKENS, USAGE_FIELDS
-from runner.pricing import TokenCounts
+from runner.codex_usage import MAX_LINE, USAGE_FIELDS, TokenCounts, count_of
 
 SESSIONS = "sessions"
 # What a session writes under CODEX_HOME: kept in the private one, never linked to the operator's.
@@ -43,11 +42,6 @@ def private_codex_home(operator: Path | None, into: Path) -> Path:
     return into
 
 
-def _count(value: object) -> int:
-    plausible = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
-    return value if plausible else 0
-
-
 def _total_of(line: bytes) -> TokenCounts | None:
     try:
         event = json.loads(line)
@@ -60,7 +54,7 @@ def _total_of(line: bytes) -> TokenCounts | None:
     total = info.get("total_token_usage") if isinstance(info, dict) else None
     if not isinstance(total, dict):
         return None
-    return TokenCounts(**{field: _count(total.get(field, 0)) for field in USAGE_FIELDS})
+    return TokenCounts(**{field: count_of(total, field) for field in USAGE_FIELDS})
 
 
 class UsageMeter:

@@ -37,18 +37,33 @@ _ERROR_CLASSES = (
 
 
 @dataclass(frozen=True)
-class CodexUsage:
+class TokenCounts:
+    """Codex's usage fields, summed over every turn (what the rate card prices)."""
+
     input_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     output_tokens: int = 0
     reasoning_output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """What ``--max-tokens`` counts: every token sent and received (cached ones included)."""
+        return self.input_tokens + self.output_tokens
+
+    def tokens_only(self) -> TokenCounts:
+        return TokenCounts(**{field: getattr(self, field) for field in USAGE_FIELDS})
+
+
+@dataclass(frozen=True)
+class CodexUsage(TokenCounts):
     turns: int = 0
     failed_turns: int = 0
     model_error: str | None = None  # a class from _ERROR_CLASSES, or "provider_error"
 
 
-def _count(usage: dict, key: str) -> int:
+def count_of(usage: dict, key: str) -> int:
+    """A usage field as codex reported it, or 0 when it is not a plausible count."""
     value = usage.get(key, 0)
     plausible = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
     return value if plausible else 0
@@ -107,5 +122,5 @@ def usage_from_events(path: Path) -> CodexUsage:
         usage = event.get("usage")
         if isinstance(usage, dict):
             for key in totals:
-                totals[key] = min(totals[key] + _count(usage, key), MAX_TOKENS)
+                totals[key] = min(totals[key] + count_of(usage, key), MAX_TOKENS)
     return CodexUsage(turns=turns, failed_turns=failed, model_error=model_error, **totals)

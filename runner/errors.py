@@ -211,3 +211,9 @@ def exit_code_of(error: RunnerError | ReducerError) -> ExitCode:
     if isinstance(error, RunnerError):
         return error.exit_code
     return next((code for kind, code in _REDUCER_EXIT_CODES.items() if isinstance(error, kind)), ExitCode.RUNNER_FAILURE)
+
+
+def first_problem(error: Any) -> str:
+    """A pydantic ValidationError's first problem, ``where.in.the.data: what``, for a data file's refusal."""
+    first = error.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"

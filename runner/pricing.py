@@ -20,7 +20,8 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError
 
 from reducers.models import Frozen
-from runner.errors import BadInputError
+from runner.codex_usage import TokenCounts
+from runner.errors import BadInputError, first_problem
 
 RATE_CARD_RESOURCE = "rate_card.toml"
 RATE_CARD_MAX_BYTES = 1 << 20
@@ -57,22 +58,6 @@ class RateCard:
         return self.models.get(model) if model else None
 
 
-@dataclass(frozen=True)
-class TokenCounts:
-    """Codex's usage fields, summed over every turn."""
-
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_output_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        """What ``--max-tokens`` counts: every token sent and received (cached ones included)."""
-        return self.input_tokens + self.output_tokens
-
-
 def parse_rate_card(data: bytes, where: str) -> RateCard:
     """Raises: BadInputError naming ``where`` and the first problem."""
     try:
@@ -80,9 +65,7 @@ def parse_rate_card(data: bytes, where: str) -> RateCard:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise BadInputError(f"{where}: not a TOML rate card ({type(e).__name__})") from e
     except ValidationError as e:
-        first = e.errors()[0]
-        at = ".".join(str(part) for part in first["loc"])
-        raise BadInputError(f"{where}: {at}: {first['msg']}") from e
+        raise BadInputError(f"{where}: {first_problem(e)}") from e
     return RateCard(version=parsed.version, sha256=hashlib.sha256(data).hexdigest(), models=parsed.models)
 
 

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from reducers.models import Frozen
 
-from runner.errors import ProfileDataError
+from runner.errors import ProfileDataError, first_problem
 
 PROFILES_RESOURCE = "tag_profiles.toml"
 # The settings a profile may supply.
@@ -146,9 +146,7 @@ def profile_table() -> ProfileTable:
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ProfileDataError(f"{PROFILES_RESOURCE} cannot be read ({type(e).__name__}: {e})") from e
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ProfileDataError(f"{PROFILES_RESOURCE}: {where}: {first['msg']}") from e
+        raise ProfileDataError(f"{PROFILES_RESOURCE}: {first_problem(e)}") from e
 
 
 def profile_for(tag: str) -> TagProfile | None:

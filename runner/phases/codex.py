@@ -43,13 +43,13 @@ from runner.codex_config import (
     resolve_codex_home,
 )
 from runner.codex_meter import LIVE_USAGE, UsageMeter, private_codex_home, write_live_usage
-from runner.codex_usage import USAGE_FIELDS, CodexUsage, usage_from_events
+from runner.codex_usage import CodexUsage, TokenCounts, usage_from_events
 from runner.containment.agent import agent_process, hand_over, resolve_agent_user
 from runner.containment.descendants import become_subreaper, kill_descendants
 from runner.context import JobContext, sha256_file
 from runner.errors import AgentNotContainedError, CodexNotFoundError, PhaseError
 from runner.phases.prepare import read_prompt
-from runner.pricing import RateCard, TokenCounts, load_rate_card, price
+from runner.pricing import RateCard, load_rate_card, price
 from runner.settings import SAFE_MODEL
 from runner.containment.runner_files import RunnerFilesSnapshot, same_file
 
@@ -190,7 +190,7 @@ def _wait_metered(child: subprocess.Popen[bytes], meter: UsageMeter, spending: _
 def _merged(reported: CodexUsage, metered: TokenCounts | None) -> TokenCounts:
     """The counts codex reported at its end, or the meter's running total when that is larger
     (a run killed at a cap or a deadline reports nothing at its end)."""
-    final = TokenCounts(**{field: getattr(reported, field) for field in USAGE_FIELDS})
+    final = reported.tokens_only()
     return metered if metered is not None and metered.total > final.total else final
 
 

@@ -10,7 +10,8 @@ from reducers.costs import cost_summary, estimate_cost
 from reducers.outcome import TaskFacts, TaskState
 from runner.budget import SuiteBudget
 from runner.errors import BadInputError
-from runner.pricing import ModelRates, TokenCounts, cost_usd, load_rate_card, price, shipped_rate_card
+from runner.codex_usage import TokenCounts
+from runner.pricing import ModelRates, cost_usd, load_rate_card, price, shipped_rate_card
 
 
 def test_openai_usage_counts_cached_input_and_reasoning_inside_their_totals() -> None:
