@@ -35,6 +35,7 @@ from runner.errors import BadInputError, ExitCode, REFUSALS
 from runner.jobroot import JobRoot
 from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger, row_key
+from runner.pricing import load_rate_card
 from runner.public import private_texts_for
 from runner.lock import job_root_lock
 from runner.tags import check_attempts
@@ -247,6 +248,7 @@ def run_units(
         raise BadInputError("--workers must be between 1 and 64")
     if suite_budget_usd is not None and not 0 < suite_budget_usd <= 1_000_000_000:
         raise BadInputError("--suite-budget-usd must be a positive number of dollars")
+    load_rate_card(host.rate_card)  # a bad card is refused before any task, not by each
     with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
         return _run_locked(template, host, units, ledger_dir, workers, progress, suite_budget_usd)
 

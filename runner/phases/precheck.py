@@ -39,6 +39,7 @@ from runner.docker_utils import (
 from runner.errors import CodexNotFoundError, DockerUnavailableError, EnvironmentNotReadyError, UnscorableError
 from runner.host_memory import HostMemory
 from runner.journal import default_state_dir
+from runner.pricing import load_rate_card
 from runner.settings import RunnerSettings
 
 log = structlog.get_logger(__name__)
@@ -421,7 +422,9 @@ def precheck(ctx: JobContext) -> PrecheckResult:
 
     Raises:
         EnvironmentNotReadyError: with the failed check's actionable message.
+        BadInputError: the operator's rate card is not one (refused before any container).
     """
+    load_rate_card(ctx.settings.rate_card)
     try:
         client = ctx.docker()
     except DockerUnavailableError:

@@ -122,3 +122,13 @@ def test_a_model_not_on_the_card_is_unpriced_and_warned_of_once(tmp_path: Path, 
     assert len(log_events(done.stderr, "suite_cost_unknown")) == 1
     rows = read_json(jobs / "run-ledger.json")["rows"]
     assert [row["cost_usd"] for row in rows] == [None, None] and rows[0]["model"] == "runner-scripted-model"
+
+
+def test_a_batch_refuses_a_bad_rate_card_before_any_task(tmp_path: Path, stub_image: str) -> None:
+    jobs = _suite(tmp_path)
+    card = tmp_path / "card.toml"
+    card.write_text("version = \"1\"\nmodels = 3\n")
+    done = run_cli("--execute", "--jobs-dir", str(jobs), "--tag", TAGS[0], "--tag", TAGS[1], "--image", stub_image,
+                   f"--rate-card={card}")
+    assert done.returncode == 2 and "card.toml: models" in done.stderr
+    assert not (jobs / "run-ledger.json").exists() and not (jobs / TAGS[0] / "result-markers").exists()

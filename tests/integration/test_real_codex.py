@@ -223,12 +223,14 @@ def test_a_codex_killed_at_its_deadline_still_has_its_tokens_counted(run_scripte
     assert done.run["codex"]["budget_exceeded"] is False
 
 
-def test_a_rate_card_that_is_not_one_is_refused_before_codex_runs(run_scripted, tmp_path: Path) -> None:
+def test_a_rate_card_that_is_not_one_is_refused_before_any_work(run_scripted, tmp_path: Path) -> None:
     card = tmp_path / "card.toml"
     card.write_text('version = "x"\n[models."m"]\ninput_per_million = -1\n')
     done = run_scripted([turn(message("never asked"))], f"--rate-card={card}")
     assert done.exit_code == 2 and done.requests == 0
     assert "card.toml" in done.stderr and "input_per_million" in done.stderr
+    assert read_json(done.job / "result-markers" / "precheck.json")["status"] == "failed"
+    assert not (done.job / "buggy-source").exists()  # refused at the precheck: nothing extracted
 
 
 def test_the_agent_cannot_write_the_job_root_through_tmp_and_the_attempt_stands(run_scripted, tmp_path: Path) -> None:
