@@ -210,9 +210,11 @@ def codex(ctx: JobContext) -> CodexResult:
     codex_home = resolve_codex_home(settings.codex_home, os.environ, operator_home())
     provider = active_provider(codex_home, settings.codex_profile, settings.codex_config)
     model = _model_of(settings.model, provider.model)
-    if card.rates(model) is None:
-        log.warning("model_not_on_rate_card", model=model, cost_known=False,
-                    cost_cap_enforced=False if settings.max_cost_usd is not None else None)
+    if card.rates(model) is None:  # the cost is unknown; a warning when someone could act on it
+        warn = log.warning if model is not None or settings.max_cost_usd is not None else log.info
+        warn("model_not_on_rate_card", model=model, cost_known=False,
+             cost_cap_enforced=False if settings.max_cost_usd is not None else None,
+             hint="name the model (--model) and price it (--rate-card)" if model is None else "price it (--rate-card)")
     stdout_path, stderr_path = job.logs / STDOUT_LOG, job.logs / STDERR_LOG
     job.last_message.unlink(missing_ok=True)
     argv = codex_argv(

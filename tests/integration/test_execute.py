@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.pricing import shipped_rate_card
+
 from reducers.guard import check_public
 from runner.gitops import BASELINE_MESSAGE
 from tests.conftest import make_job_root, read_json, run_cli, stub_args
@@ -55,8 +57,10 @@ def test_execute_resolves_and_writes_safe_compact_files(job_root: Path, stub_ima
     assert set(run["phase_durations_seconds"]) == set(PHASES) - {"reduce"}
     prompt_chars = len((job_root / "context" / "prompt.md").read_text())
     assert run["metrics"] == {
-        "input_tokens": 2 * (1000 + prompt_chars), "cache_tokens": 500, "output_tokens": 240, "cost_usd": 0.0,
+        "input_tokens": 2 * (1000 + prompt_chars), "cache_tokens": 500, "output_tokens": 240,
         "cache_write_tokens": 0, "reasoning_tokens": 0,
+        # the fake codex names no model: its cost is unknown (not a made-up 0), on the shipped card
+        "cost_usd": None, "cost_known": False, "rate_card_sha256": shipped_rate_card().sha256,
     }
     assert run["codex"]["version"] == "codex-cli 0.0.0-fake"
     for name in PUBLIC:
