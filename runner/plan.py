@@ -56,6 +56,7 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         "tag_profile": settings.profile.name if settings.profile else None,
         "from_profile": list(settings.profile_fields),
         "codex_timeout_seconds": settings.codex_timeout,
+        "extract_timeout_seconds": settings.extract_timeout,
         "eval_timeout_seconds": settings.eval_timeout,
         "phases": [
             {
