@@ -60,6 +60,9 @@ class Reason(StrEnum):
     SOURCE_DIR_MISSING = "source_dir_missing"
     UNSAFE_ARCHIVE_ENTRY = "unsafe_archive_entry"
     CACHE_ENTRY_INVALID = "cache_entry_invalid"
+    # a runner phase past its own deadline (runner.deadline): an infrastructure failure
+    EXTRACT_TIMEOUT = "extract_timeout"
+    BASELINE_TIMEOUT = "baseline_timeout"
     PATCH_TOO_LARGE = "patch_too_large"
     EMPTY_PATCH = "empty_patch"
     PATCH_MISSING = "patch_missing"

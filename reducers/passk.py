@@ -23,7 +23,7 @@ INFRA_PHASES = frozenset({"prepare", "precheck", "extract", "baseline"})
 # failed in it. A model error is the provider's: the compact run marks it ``infra_failure``.
 INFRA_REASONS = frozenset(
     {Reason.DOCKER_ERROR, Reason.GIT_ERROR, Reason.OS_ERROR, Reason.INTERNAL_ERROR, Reason.INTERRUPTED,
-     Reason.MISSING_INPUT, Reason.CODEX_MODEL_ERROR}
+     Reason.MISSING_INPUT, Reason.CODEX_MODEL_ERROR, Reason.EXTRACT_TIMEOUT, Reason.BASELINE_TIMEOUT}
 )
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import docker
 import structlog
@@ -257,18 +257,32 @@ class _ChunkReader(io.RawIOBase):
     Closing it closes the HTTP response under the chunks: while a ``get_archive``
     response is open the daemon keeps the container busy, and a forced removal
     would wait for the stream (seen: a 30 s timeout after an interrupt).
+    ``on_chunk`` runs before each chunk is taken (a deadline's check).
     """
 
-    def __init__(self, chunks: Generator[bytes, None, None], first: bytes, response: Any) -> None:
+    def __init__(self, chunks: Generator[bytes, None, None], response: Any, on_chunk: Callable[[], None]) -> None:
         self._chunks = chunks
-        self._buffer = first
+        self._buffer = b""
         self._response = response
+        self._on_chunk = on_chunk
 
     def readable(self) -> bool:
         return True
 
+    def abort(self) -> None:
+        """From another thread: shut the response's socket down, so that a read blocked in it
+        returns at once (closing the file would wait for the read's lock, and closing a socket
+        another thread is reading does not wake that read on Linux)."""
+        sock = _socket_of(self._response)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already
+
     def readinto(self, target: Any) -> int:
         while not self._buffer:
+            self._on_chunk()
             try:
                 self._buffer = next(self._chunks)
             except StopIteration:
@@ -286,6 +300,25 @@ class _ChunkReader(io.RawIOBase):
         super().close()
 
 
+def _socket_of(response: Any) -> socket.socket | None:
+    """The socket under a requests response (urllib3's response, http.client's, its socket file)."""
+    raw = getattr(response, "raw", None)
+    fp = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
+    sock = getattr(fp, "_sock", None)
+    if sock is None:
+        sock = getattr(getattr(raw, "_connection", None), "sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+class ArchiveStream(io.BufferedReader):
+    """The buffered tar stream of ``get_archive``; ``abort()`` ends it from another thread."""
+
+    def abort(self) -> None:
+        raw = self.raw
+        if isinstance(raw, _ChunkReader):
+            raw.abort()
+
+
 # Go's os.ModeSymlink, in the mode of the daemon's path stat.
 _GO_MODE_SYMLINK = 1 << 27
 
@@ -294,20 +327,25 @@ def is_symlink_stat(stat: dict[str, Any]) -> bool:
     return bool(stat.get("linkTarget")) or bool(int(stat.get("mode", 0) or 0) & _GO_MODE_SYMLINK)
 
 
-def archive_stream_with_stat(container: Container, path: str) -> tuple[IO[bytes], dict[str, Any]]:
+def archive_stream_with_stat(
+    container: Container, path: str, *, on_chunk: Callable[[], None] = lambda: None
+) -> tuple[ArchiveStream, dict[str, Any]]:
     """The tar stream of ``path`` in the container, read chunk by chunk, never held whole, and the
-    daemon's stat of ``path`` (``name``, ``mode``, ``linkTarget``).
+    daemon's stat of ``path`` (``name``, ``mode``, ``linkTarget``). ``on_chunk`` runs before each
+    chunk is read (what it raises ends the read).
 
     Raises:
         NotFound: ``path`` does not exist in the container.
     """
     chunks, stat = container.get_archive(path, chunk_size=ARCHIVE_CHUNK)
-    first = next(chunks, b"")
-    # docker-py keeps the streaming response in its generator's frame and offers no
-    # handle to it; take it from there so that closing the stream closes the socket.
+    # docker-py keeps the streaming response in its generator's frame (an argument, there before
+    # the first chunk) and offers no handle to it; take it from there so that closing the stream
+    # closes the socket, and aborting it wakes a read of the very first chunk too (docker-py
+    # turns the socket's timeout off for a stream: a stalled daemon would be waited for for ever).
     frame = getattr(chunks, "gi_frame", None)
     response = frame.f_locals.get("response") if frame is not None else None
-    return io.BufferedReader(_ChunkReader(chunks, first, response), buffer_size=ARCHIVE_CHUNK), dict(stat or {})
+    reader = _ChunkReader(chunks, response, on_chunk)
+    return ArchiveStream(reader, buffer_size=ARCHIVE_CHUNK), dict(stat or {})
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class RunnerArgumentParser(argparse.ArgumentParser):
 # -- the flags shared by the commands that take them ---------------------------------------------
 
 TASK_FLAG_FIELDS = (
-    "image", "codex_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
+    "image", "codex_timeout", "extract_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
     "model", "codex_profile", "allow_unscorable", "max_tokens", "max_cost_usd",
 )
 TASK_LIST_FIELDS = ("codex_config", "patch_exclude", "eval_probe")
@@ -107,6 +107,9 @@ def add_task_flags(parser: argparse.ArgumentParser, *, many_tags: bool) -> None:
     group.add_argument("--image", help=image_help)
     group.add_argument("--codex-timeout", type=float, metavar="SECONDS",
                        help="codex deadline (env RUNNER_CODEX_TIMEOUT; default 3600)")
+    group.add_argument("--extract-timeout", type=float, metavar="SECONDS",
+                       help="deadline of extract, and again of baseline, each its own; past it the task fails as an "
+                       "infrastructure failure, nothing kept (env RUNNER_EXTRACT_TIMEOUT; default 1800)")
     group.add_argument("--eval-timeout", type=float, metavar="SECONDS",
                        help="apply+test deadline (env RUNNER_EVAL_TIMEOUT; default: the profile's, else 300)")
     group.add_argument("--eval-network", choices=["none", "bridge", "host"],

@@ -189,6 +189,23 @@ class UnsafeArchiveError(PhaseError):
         )
 
 
+class PhaseTimeoutError(PhaseError):
+    """A runner phase (extract, baseline) passed its own deadline: the host, Docker or git was too
+    slow or stuck, never the agent, so it is an infrastructure failure (exit 3); reason ``<phase>_timeout``."""
+
+    exit_code = ExitCode.BAD_ENVIRONMENT
+
+    def __init__(self, phase: str, seconds: float, flag: str) -> None:
+        self.seconds = seconds
+        super().__init__(
+            phase,
+            f"{phase}_timeout",
+            f"the {phase} phase passed its deadline of {seconds:g}s ({flag}) and was ended; nothing it made "
+            f"was kept and a rerun does the {phase} again (a stalled Docker daemon or git, or a tree too large: "
+            f"raise {flag})",
+        )
+
+
 class TamperCheckError(PhaseError):
     """The tamper check itself failed: what the agent did cannot be verified, so the attempt is not trusted."""
 

@@ -161,9 +161,12 @@ class ExtractionCache:
         return found.f_bavail * found.f_frsize
 
     @contextmanager
-    def locked(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
+    def locked(self, key: str, *, blocking: bool = True, wait_seconds: float | None = None) -> Iterator[bool]:
         """Hold the key's lock for the block; yields False when ``blocking`` is off and it is held,
-        or when the cache's file system refuses the lock (``cache_unavailable``): go without it."""
+        or when the cache's file system refuses the lock (``cache_unavailable``): go without it.
+
+        ``wait_seconds``: wait that long at most (the phase's deadline), then yield False too.
+        """
         try:
             self._ensure_root()
             fd = os.open(self.root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -172,9 +175,7 @@ class ExtractionCache:
             yield False
             return
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
+            if not _take_lock(fd, blocking=blocking, wait_seconds=wait_seconds):
                 yield False
                 return
             yield True
@@ -389,6 +390,25 @@ class ExtractionCache:
             if time.time() - stale.stat().st_mtime > 3600:  # left by a fill that died
                 remove_tree(stale)
         return removed
+
+
+def _take_lock(fd: int, *, blocking: bool, wait_seconds: float | None) -> bool:
+    if not blocking or wait_seconds is None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        return True
+    ends_at = time.monotonic() + wait_seconds
+    while True:  # flock has no timeout of its own
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= ends_at:
+                log.warning("cache_lock_wait_ended", waited_seconds=round(wait_seconds, 1), action=WITHOUT_THE_CACHE)
+                return False
+            time.sleep(0.05)
 
 
 def _mismatched(wanted: dict[str, str], paths: dict[str, Path]) -> list[str]:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from typing import Any
@@ -79,12 +81,26 @@ def disk_full_is_the_disks() -> Iterator[None]:
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
 
 
+# The phase deadline (a time.monotonic() value) of the git commands started in this context, or
+# None; set by runner.deadline.PhaseDeadline for extract and baseline.
+GIT_DEADLINE: ContextVar[float | None] = ContextVar("GIT_DEADLINE", default=None)
+# The least time a git is given when the deadline has all but passed: it is killed at once.
+_LAST_MOMENT = 0.01
+
+
 class _DyingGit(Git):
-    """Every git the runner starts dies with the runner (kill -9, OOM), never outlives it."""
+    """Every git the runner starts dies with the runner (kill -9, OOM), never outlives it, and
+    is killed (with its children) at the phase's deadline when one is set (``GIT_DEADLINE``):
+    GitPython's own watchdog does it, and the command then fails as a killed git."""
 
     def execute(self, command: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(command, (list, tuple)):
             command = [*die_with_parent_prefix(), *command]
+        ends_at = GIT_DEADLINE.get()
+        if ends_at is not None and not kwargs.get("as_process"):
+            left = max(_LAST_MOMENT, ends_at - time.monotonic())
+            given = kwargs.get("kill_after_timeout")
+            kwargs["kill_after_timeout"] = left if given is None else min(given, left)
         return super().execute(command, *args, **kwargs)
 
 

@@ -17,8 +17,9 @@ _WHAT = {
     Phase.PRECHECK: "codex --version; codex login (or the provider key variable); Docker daemon answers; image present (pulled only with --allow-pull); "
     "layout probe in a throwaway container",
     Phase.EXTRACT: "create (never start) a container; stream get_archive(source dir) into the safe extractor, "
-    "leaving .git out; remove the container",
-    Phase.BASELINE: "git init, local identity, add everything, one baseline commit (GitPython)",
+    "leaving .git out; remove the container; ended at --extract-timeout (extract_timeout, exit 3)",
+    Phase.BASELINE: "git init, local identity, add everything, one baseline commit (GitPython); "
+    "its own --extract-timeout deadline kills git (baseline_timeout, exit 3)",
     Phase.CODEX: "codex exec with the prompt on stdin, in buggy-source only, allowlisted environment, "
     "process-group deadline",
     Phase.PATCH: "diff of the work tree (new files included) against the baseline, for patch -p1",
@@ -58,6 +59,7 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         "codex_timeout_seconds": settings.codex_timeout,
         "max_tokens": settings.max_tokens,
         "max_cost_usd": settings.max_cost_usd,
+        "extract_timeout_seconds": settings.extract_timeout,
         "eval_timeout_seconds": settings.eval_timeout,
         "phases": [
             {

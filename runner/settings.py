@@ -35,6 +35,8 @@ DEFAULT_TEST_CMD = "/usr/local/bin/run_test_entrypoint.sh test_patched"
 PATCH_IN_CONTAINER = "/patches/attempt.patch"
 DEFAULT_CODEX_TIMEOUT = 3600.0
 DEFAULT_EVAL_TIMEOUT = 300.0  # as the official evaluation
+# Extract and baseline, each its own: a stalled get_archive or a huge tree never holds a host for ever.
+DEFAULT_EXTRACT_TIMEOUT = 1800.0
 
 # A task tag is a Docker image tag: it starts with a letter, digit or '_' (so never '.', '-').
 SAFE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}")
@@ -84,6 +86,7 @@ ENV_OF_FIELD: dict[str, str] = {
     "allow_pull": "ALLOW_DOCKER_PULL",
     "precheck_only": "PRECHECK_ONLY",
     "codex_timeout": "RUNNER_CODEX_TIMEOUT",
+    "extract_timeout": "RUNNER_EXTRACT_TIMEOUT",
     "eval_timeout": "RUNNER_EVAL_TIMEOUT",
     "eval_network": "RUNNER_EVAL_NETWORK",
     "source_dir": "CONTAINER_BUGGY_SOURCE",
@@ -250,6 +253,8 @@ class RunnerSettings(Frozen):
     allow_pull: bool = False
     precheck_only: bool = False
     codex_timeout: Timeout = DEFAULT_CODEX_TIMEOUT
+    # The deadline of extract, and again (its own) of baseline.
+    extract_timeout: Timeout = DEFAULT_EXTRACT_TIMEOUT
     eval_timeout: Timeout = DEFAULT_EVAL_TIMEOUT
     eval_network: EvalNetwork = EvalNetwork.BRIDGE
     source_dir: ContainerPath = DEFAULT_SOURCE_DIR

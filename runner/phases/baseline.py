@@ -3,7 +3,9 @@
 Invariants: the baseline lives in the runner's own git directory outside the
 agent's tree (see ``runner.gitops``); a half-made baseline (a crash between
 init and commit) is discarded and made again; the agent gets a repository of
-its own at the same commit.
+its own at the same commit; the phase has its own deadline (``--extract-timeout``,
+counted afresh): past it every git it started is killed, the half-made baseline
+is removed and the task fails as an infrastructure failure (``baseline_timeout``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from git import BadName, InvalidGitRepositoryError, NoSuchPathError
 
 from reducers.models import BaselineResult
 from runner.context import JobContext
-from runner.errors import PhaseError
+from runner.deadline import PhaseDeadline
+from runner.errors import PhaseError, PhaseTimeoutError
 from runner.jobroot import JobRoot
 from runner.gitops import BASELINE_MESSAGE, disk_full_is_the_disks, give_agent_a_repository, init_baseline, open_baseline
 
@@ -54,7 +57,19 @@ def build_baseline(job: JobRoot) -> str:
 
 
 def baseline(ctx: JobContext) -> BaselineResult:
-    """Raises: PhaseError ``empty_source`` when there is no extracted tree to commit."""
+    """Raises: PhaseError ``empty_source`` when there is no extracted tree to commit;
+    PhaseTimeoutError ``baseline_timeout`` past its deadline (the half-made baseline removed)."""
+    try:
+        with PhaseDeadline("baseline", ctx.settings.extract_timeout, flag="--extract-timeout"):
+            return _baseline(ctx)
+    except PhaseTimeoutError:
+        # The rerun would find and discard it too; removed now, so no half-made state waits for it.
+        if ctx.job.baseline_git_dir.exists():
+            shutil.rmtree(ctx.job.baseline_git_dir, ignore_errors=True)
+        raise
+
+
+def _baseline(ctx: JobContext) -> BaselineResult:
     job = ctx.job
     build_baseline(job)
     repo = open_baseline(job.baseline_git_dir, job.buggy_source)

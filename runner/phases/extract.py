@@ -5,7 +5,11 @@ the archive streams into the extractor chunk by chunk; only ``--source-dir`` is
 copied and its ``.git`` is left out, so no oracle reaches the agent; the tree
 lands in a scratch directory first and is renamed into place only when whole;
 an extract that fails leaves no tree (a rerun could not tell it from an operator's);
-the extraction cache can only save work, never fail the attempt.
+the extraction cache can only save work, never fail the attempt; the whole phase (the
+cache's lock and checkout, the stream, the cache's baseline commit) ends at
+``--extract-timeout`` as an infrastructure failure (``runner.deadline``): a read the
+daemon stalls is woken by shutting its socket down, a stream that never ends is cut
+between chunks, git is killed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from runner.extraction_cache import (
     cache_key,
     why,
 )
+from runner.deadline import PhaseDeadline
 from runner.faults import crash_point
 from runner.jobroot import BUGGY_SOURCE
 from runner.phases.baseline import build_baseline
@@ -56,14 +61,23 @@ def _refuse_occupied(target: Path) -> None:
         )
 
 
+EXTRACT_TIMEOUT_FLAG = "--extract-timeout"
+
+
 def extract(ctx: JobContext) -> ExtractResult:
-    """Raises: BadInputError, EnvironmentNotReadyError (source dir missing), PhaseError (empty tree).
+    """Raises: BadInputError, EnvironmentNotReadyError (source dir missing), PhaseError (empty tree),
+    PhaseTimeoutError ``extract_timeout`` (past ``--extract-timeout``, nothing left behind).
 
     With the extraction cache on, a miss also commits the baseline here (the baseline
     phase then finds it), so the entry is filled under its key's lock before anyone
     else reads it; a hit checks the entry out without Docker. A cache that cannot be
     locked, read or filled is a warning, and the attempt extracts from the image.
     """
+    with PhaseDeadline("extract", ctx.settings.extract_timeout, flag=EXTRACT_TIMEOUT_FLAG) as deadline:
+        return _extract(ctx, deadline)
+
+
+def _extract(ctx: JobContext, deadline: PhaseDeadline) -> ExtractResult:
     settings, job = ctx.settings, ctx.job
     target = job.buggy_source
     if ctx.journal is not None and ctx.journal.extraction_was_placing():
@@ -77,11 +91,12 @@ def extract(ctx: JobContext) -> ExtractResult:
         remove_tree(job.baseline_git_dir)  # of an extraction never recorded: made again with the tree
     cache = extraction_cache(settings)
     if cache is None:
-        return _from_image(ctx, *_image(ctx))
+        return _from_image(ctx, deadline, *_image(ctx))
     recorded = _recorded_image(ctx)
     image_id, digest = recorded or _image(ctx)
     key = cache_key(image_id, settings.source_dir)
-    with cache.locked(key) as held:  # not held: the cache's file system refused it (warned)
+    # Not held: the cache's file system refused it (warned), or another attempt held it to the deadline.
+    with cache.locked(key, wait_seconds=deadline.remaining()) as held:
         record = cache.lookup(key) if held else None
         if record is not None:
             try:
@@ -95,7 +110,7 @@ def extract(ctx: JobContext) -> ExtractResult:
             image_id_now, digest = _image(ctx)  # a miss needs Docker anyway: extract what the tag is now
         else:
             image_id_now = image_id
-        result = _from_image(ctx, image_id_now, digest)
+        result = _from_image(ctx, deadline, image_id_now, digest)
         if held and image_id_now == image_id:  # else (the tag moved since precheck) the baseline phase commits
             _fill(ctx, cache, key, result)
         return result
@@ -173,7 +188,8 @@ def _from_cache(
     )
 
 
-def _from_image(ctx: JobContext, image_id: str, digest: str | None) -> ExtractResult:
+def _from_image(ctx: JobContext, deadline: PhaseDeadline, image_id: str, digest: str | None) -> ExtractResult:
+    deadline.check()  # a cache checkout or lock wait may have used it all
     settings, job = ctx.settings, ctx.job
     target = job.buggy_source
     client = ctx.docker()
@@ -183,11 +199,11 @@ def _from_image(ctx: JobContext, image_id: str, digest: str | None) -> ExtractRe
             client, image=image_id, labels=ctx.labels(Phase.EXTRACT), network_disabled=True
         ) as container:
             try:
-                stream, stat = archive_stream_with_stat(container, settings.source_dir)
+                stream, stat = archive_stream_with_stat(container, settings.source_dir, on_chunk=deadline.check)
             except NotFound as e:
                 raise SourceDirMissingError() from e
             log.info("archive_stream_opened")
-            with stream:
+            with stream, deadline.on_expiry(stream.abort):
                 if is_symlink_stat(stat):  # the archive would hold the link alone: "no files" said nothing
                     target = str(stat.get("linkTarget") or "")
                     shown = f" (to {target})" if SAFE_CONTAINER_PATH.fullmatch(target) else ""

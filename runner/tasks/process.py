@@ -52,7 +52,7 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
     log.info("task_settings_resolved", tag=settings.tag, image=settings.resolved_image, source_dir=settings.source_dir,
              apply_cmd=settings.apply_cmd, test_cmd=settings.test_cmd, eval_network=settings.eval_network.value,
              eval_timeout=settings.eval_timeout, eval_probe=list(settings.probe_endpoints),
-             codex_timeout=settings.codex_timeout, model=settings.model,
+             codex_timeout=settings.codex_timeout, extract_timeout=settings.extract_timeout, model=settings.model,
              codex_profile=settings.codex_profile, codex_config=list(settings.codex_config),
              patch_exclude=list(settings.patch_exclude), from_profile=list(settings.profile_fields))
     result = execute(settings, on_phase=lambda phase: send(PhaseStarted(phase=phase)))

@@ -58,6 +58,7 @@ class TaskSpec(Frozen):
     tag: Tag
     image: ImageRef | None = None  # None: the tag's profile's image, else the default repository's
     codex_timeout: Timeout | None = None
+    extract_timeout: Timeout | None = None
     eval_timeout: Timeout | None = None
     eval_network: EvalNetwork | None = None
     source_dir: ContainerPath | None = None

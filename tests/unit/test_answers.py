@@ -16,7 +16,7 @@ NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent.sock"}
 
 
 @pytest.mark.parametrize("value", ["inf", "1e300", "nan", "1e-9", "0.5", "-1"])
-@pytest.mark.parametrize("flag", ["--eval-timeout", "--codex-timeout"])
+@pytest.mark.parametrize("flag", ["--eval-timeout", "--codex-timeout", "--extract-timeout"])
 def test_deadlines_out_of_bounds_are_refused_naming_the_flag(tmp_path: Path, flag: str, value: str) -> None:
     job = tmp_path / "job"
     done = run_cli("--execute", "--job-root", str(job), flag, value, env=NO_DOCKER)

@@ -122,3 +122,25 @@ def test_the_probe_finds_the_script_a_command_calls(command: str, subcommand: st
     from runner.phases.precheck import script_calling
 
     assert script_calling(command, subcommand) == script
+
+
+def test_the_extract_deadline_reaches_the_settings_and_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--extract-timeout`` (and ``RUNNER_EXTRACT_TIMEOUT``, below the flag) is the deadline of extract and of
+    baseline; the plan shows it beside codex's."""
+    import json
+
+    from runner.plan import build_plan
+    from runner.settings import DEFAULT_EXTRACT_TIMEOUT
+
+    assert load_settings().extract_timeout == DEFAULT_EXTRACT_TIMEOUT == 1800.0
+    monkeypatch.setenv("RUNNER_EXTRACT_TIMEOUT", "42")
+    assert load_settings().extract_timeout == 42.0
+    assert load_settings(extract_timeout=7.0).extract_timeout == 7.0
+    assert build_plan(load_settings())["extract_timeout_seconds"] == 42.0
+    monkeypatch.delenv("RUNNER_EXTRACT_TIMEOUT")
+    done = run_cli("--tag", "lagent_239", "--extract-timeout", "12.5")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["extract_timeout_seconds"] == 12.5 and plan["codex_timeout_seconds"] == 3600.0
+    done = run_cli("--tag", "lagent_239", env={"RUNNER_EXTRACT_TIMEOUT": "33"})
+    assert json.loads(done.stdout)["extract_timeout_seconds"] == 33.0

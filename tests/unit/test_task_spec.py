@@ -101,7 +101,8 @@ def test_a_batch_names_a_bad_repeated_tag_as_typed(tmp_path: Path) -> None:
 
 
 SAMPLE = {"TAG": "t_9", "IMAGE": "img:9", "CODEX_BIN": "/x/codex", "ALLOW_DOCKER_PULL": "1", "PRECHECK_ONLY": "1",
-          "RUNNER_CODEX_TIMEOUT": "91", "RUNNER_EVAL_TIMEOUT": "92", "RUNNER_EVAL_NETWORK": "none",
+          "RUNNER_CODEX_TIMEOUT": "91", "RUNNER_EXTRACT_TIMEOUT": "93", "RUNNER_EVAL_TIMEOUT": "92",
+          "RUNNER_EVAL_NETWORK": "none",
           "CONTAINER_BUGGY_SOURCE": "/src/9", "PATCH_APPLY_SH": "apply 9", "PATCH_TEST_SH": "test 9",
           "RUNNER_FORMAT": "markdown", "JOB_ROOT": "/jobs/9", "RUNNER_STATE_DIR": "/state/9",
           "RUNNER_CACHE_DIR": "/cache/9", "RUNNER_CACHE_MAX_GB": "9", "RUNNER_AGENT_USER": "agent9",
