@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from reducers.costs import cost_summary
 from reducers.outcome import TaskState, task_facts
 from runner.audit import read_audit_labels
 from runner.budget import SuiteBudget
@@ -258,6 +257,7 @@ def _run_locked(
     suite_budget_usd: float | None,
 ) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
+    ledger.budget_usd = suite_budget_usd
     ledger_lock = threading.Lock()
     children = TaskProcesses()
     state_dir = host.state_dir or default_state_dir()
@@ -353,8 +353,7 @@ def _run_locked(
         attempts=max(unit.attempt or 1 for unit in units) if units else 1,
         pass_at=document.get("tasks"),
         suite_pass_at=document.get("suite"),
-        cost=document.get("cost") if suite_budget_usd is None else
-        cost_summary(((row.tag, row) for row in ledger.rows.values()), budget_usd=suite_budget_usd),
+        cost=document.get("cost"),
     )
 
 

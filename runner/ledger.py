@@ -224,6 +224,7 @@ class JournaledLedger(Generic[RowT]):
 class RunLedger(JournaledLedger[LedgerRow]):
     json_name, md_name, journal_name, schema = LEDGER_JSON, LEDGER_MD, LEDGER_JOURNAL, SCHEMA
     row_type = LedgerRow
+    budget_usd: float | None = None  # the running batch's --suite-budget-usd: its cost summary says what is left
 
     def parse_row(self, data: Any) -> LedgerRow:
         return LedgerRow.from_disk(data)
@@ -245,7 +246,7 @@ class RunLedger(JournaledLedger[LedgerRow]):
             summaries = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in rows])
             document["tasks"] = summaries
             document["suite"] = suite_pass_at_summary(summaries)
-        document["cost"] = cost_summary((row.tag, row) for row in rows)
+        document["cost"] = cost_summary(((row.tag, row) for row in rows), budget_usd=self.budget_usd)
         return document
 
 

@@ -65,7 +65,8 @@ def test_a_suite_budget_starts_exactly_the_tasks_that_fit_and_a_rerun_finishes_t
     assert all(not (jobs / tag / "result-markers").exists() for tag in TAGS[3:])
     assert all(rows[tag]["cost_usd"] == pytest.approx(PER_TASK) for tag in ran)
     assert len(log_events(done.stderr, "task_skipped_budget")) == 3
-    assert "## Cost" in (jobs / "run-ledger.md").read_text()
+    assert read_json(jobs / "run-ledger.json")["cost"] == cost  # the ledger says what is spent and left
+    assert "- budget: $0.0022, left $0.0003, 3 tasks skipped for it" in (jobs / "run-ledger.md").read_text()
     first = {tag: (jobs / tag / "result-markers" / "codex.json").read_bytes() for tag in ran}
 
     # the plan (no mode) prices what is left from the ledger's history, and runs nothing
