@@ -5,7 +5,7 @@ or a ``git add`` of a huge tree, held one host for ever. A phase runs inside ``P
 - at the deadline a watchdog thread runs what the phase registered with ``on_expiry`` (shut
   the archive stream's socket down, so that a read blocked in ``recv`` returns at once);
 - ``check()`` between chunks ends a stream that keeps sending bytes;
-- every git the runner starts meanwhile is killed at the deadline (``runner.gitops``);
+- every git the runner starts meanwhile is killed at the deadline (``runner.gitops``: ``timeout -s KILL``);
 - whatever the phase raises once the deadline has passed (a truncated stream, a killed git)
   becomes ``PhaseTimeoutError`` naming the phase, its flag and the deadline; an interrupt
   stays an interrupt, and a phase that finished anyway keeps its result.

@@ -88,19 +88,33 @@ GIT_DEADLINE: ContextVar[float | None] = ContextVar("GIT_DEADLINE", default=None
 _LAST_MOMENT = 0.01
 
 
+def _deadline_prefix() -> tuple[str, ...]:
+    """``timeout -s KILL <left>``, when a phase deadline is set: coreutils' timeout puts the git in a
+    process group of its own and kills the whole group (git and its children) at the deadline.
+
+    Not GitPython's ``kill_after_timeout``: its watchdog is a non-daemon thread that an interrupt
+    leaves running, so the interpreter waited for it (for the whole deadline) before it could exit.
+    """
+    ends_at = GIT_DEADLINE.get()
+    timeout = shutil.which("timeout") if ends_at is not None else None
+    if ends_at is None or timeout is None:
+        return ()
+    left = max(_LAST_MOMENT, ends_at - time.monotonic())
+    return (timeout, "-s", "KILL", f"{left:.3f}s")
+
+
 class _DyingGit(Git):
     """Every git the runner starts dies with the runner (kill -9, OOM), never outlives it, and
-    is killed (with its children) at the phase's deadline when one is set (``GIT_DEADLINE``):
-    GitPython's own watchdog does it, and the command then fails as a killed git."""
+    is killed (with its children) at the phase's deadline when one is set (``GIT_DEADLINE``);
+    the command then fails as a killed git. A long-lived ``as_process`` git (cat-file) is left alone."""
 
     def execute(self, command: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(command, (list, tuple)):
-            command = [*die_with_parent_prefix(), *command]
-        ends_at = GIT_DEADLINE.get()
-        if ends_at is not None and not kwargs.get("as_process"):
-            left = max(_LAST_MOMENT, ends_at - time.monotonic())
-            given = kwargs.get("kill_after_timeout")
-            kwargs["kill_after_timeout"] = left if given is None else min(given, left)
+            deadline = () if kwargs.get("as_process") else _deadline_prefix()
+            if deadline:  # timeout itself dies with the runner, and git with timeout
+                command = [*die_with_parent_prefix(), *deadline, *die_with_parent_prefix(), *command]
+            else:
+                command = [*die_with_parent_prefix(), *command]
         return super().execute(command, *args, **kwargs)
 
 
