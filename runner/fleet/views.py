@@ -36,6 +36,7 @@ def task_row(suite: str, row: LedgerRow) -> TaskRow:
         phase_seconds={k: v for k, v in row.phase_durations_seconds.items() if k in TIMED_PHASES and v >= 0},
         wall_seconds=row.wall_seconds,
         tokens={"input": row.input_tokens, "cached_input": row.cached_input_tokens, "output": row.output_tokens},
+        cost_usd=row.cost_usd,
     )
 
 

@@ -40,6 +40,7 @@ def _row_view(row: TaskRow) -> dict[str, Any]:
         "phase_seconds": dict(row.phase_seconds),
         "wall_seconds": row.wall_seconds,
         "tokens": dict(row.tokens),
+        "cost_usd": row.cost_usd,
         "unreadable": row.unreadable.value if row.unreadable is not None else None,
     }
 

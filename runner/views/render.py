@@ -12,7 +12,7 @@ from html import escape
 STATE_COLORS = {
     "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#6a1b9a",
     "queued": "#9e9e9e", "running": "#1565c0", "cancelled": "#616161", "done": "#2e7d32",
-    "unreadable": "#795548",
+    "unreadable": "#795548", "skipped_budget": "#bdbdbd",
 }
 # Nothing may be fetched: the page is whole as written (a report opens offline).
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
@@ -41,6 +41,11 @@ def esc(value: object) -> str:
 
 def fmt_rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def fmt_dollars(value: float | None) -> str:
+    """A cost as the ledgers' Markdown shows it (``runner.ledger.cost_markdown``): four decimals."""
+    return "-" if value is None else f"${value:.4f}"
 
 
 def fmt_seconds(value: float | None) -> str:

@@ -78,6 +78,7 @@ def _task_row(row: LedgerRow, suite: str, where: str) -> TaskRow:
             phase_seconds={k: v for k, v in row.phase_durations_seconds.items() if k in TIMED_PHASES},
             wall_seconds=row.wall_seconds,
             tokens={"input": row.input_tokens, "cached_input": row.cached_input_tokens, "output": row.output_tokens},
+            cost_usd=row.cost_usd,
         )
     except ValidationError:  # a 100 KB label, a negative count: never quoted (pydantic's message would)
         return _unreadable_row(suite, _Refused(where, identity, Unreadable.INVALID_ROW))

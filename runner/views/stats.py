@@ -12,8 +12,11 @@ Pure. Conventions, the same on the page, in /metrics and in the report:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Any
 
+from reducers.costs import cost_summary
 from reducers.models import Frozen
+from reducers.outcome import TaskFacts
 
 from reducers.passk import attempt_counts, pass_at_table, suite_pass_at
 from runner.views.model import FINISHED_STATES, TOKEN_KINDS, TaskRow, TaskState
@@ -38,6 +41,7 @@ class SuiteSummary(Frozen):
     resolved_rate: float | None
     resolved_rate_excluding_infra: float | None
     tokens: dict[str, int]
+    cost: dict[str, Any]  # reducers.costs.cost_summary of the rows: the ledgers' own
     failure_labels: list[tuple[str, int]]  # (label, tasks) of the finished unresolved, most first
     pass_at: dict[int, float]  # k -> mean pass@k over tags with at least k scored attempts
     rate_by_attempt: dict[int, float]  # attempt -> resolved rate among its scored rows
@@ -58,6 +62,12 @@ def tag_summaries(rows: list[TaskRow]) -> list[TagSummary]:
         TagSummary(suite=suite, tag=tag, attempts=attempts, scored=n, resolved=c, pass_at=pass_at_table(n, c))
         for (suite, tag), (attempts, n, c) in counts.items()
     ]
+
+
+def _facts(row: TaskRow) -> TaskFacts:
+    """What the cost summary reads of a row (spent tokens without a price: of a model the card lacks)."""
+    return TaskFacts(state=row.state, resolved=row.resolved, cost_usd=row.cost_usd,
+                     input_tokens=row.tokens.get("input", 0))
 
 
 def summarize(rows: list[TaskRow]) -> SuiteSummary:
@@ -82,6 +92,7 @@ def summarize(rows: list[TaskRow]) -> SuiteSummary:
         resolved_rate=resolved / len(finished) if finished else None,
         resolved_rate_excluding_infra=resolved / n_scored if (n_scored := sum(1 for row in finished if scored(row))) else None,
         tokens=tokens,
+        cost=cost_summary((row.tag, _facts(row)) for row in rows if row.kind == "task"),
         failure_labels=labels.most_common(),
         pass_at=pass_at,
         rate_by_attempt={

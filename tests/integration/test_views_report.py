@@ -38,7 +38,7 @@ def test_markdown_report_carries_the_same_numbers(jobs_dir: Path, tmp_path: Path
     md = out.read_text()
     # 5 tasks, 3 done (the agent's failure is scored), 2 failed, none unreadable; 1 resolved of 5 finished,
     # of the 3 scored
-    assert "| 5 | 0 | 0 | 3 | 2 | 0 | 0 | 1 | 20.0% | 33.3% | 2 | 123000 | 90000 | 6900 |" in md
+    assert "| 5 | 0 | 0 | 3 | 2 | 0 | 0 | 0 | 1 | 20.0% | 33.3% | 2 | 123000 | 90000 | 6900 |" in md
     assert "## Unreadable" not in md
     assert "| failed_extract_docker_error | 1 |" in md and "| bad_environment | 1 |" in md
     assert "| t0_resolved #1 | resolved | 0.0 s | 0.8 s | 4.2 s | 1.3 s | 1.6 min | 0.3 s | 12.5 s | 1.9 min |" in md
