@@ -268,6 +268,13 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                 else:
                     skipped += 1
         estimate = history_estimate(client, keys, template.model, would_queue) if args.dry_run else None
+        if estimate is not None:  # beside it, what the suite's budget (this one, else its own) has left
+            limit = budget_usd if budget_usd is not None else FleetBudget(client, keys, ttl=0).limit(suite)
+            if limit is not None:
+                budget = FleetBudget(client, keys, ttl=0)
+                cost = cost_summary(((row.tag, row) for row in ledger.rows() if row.kind == "task"),
+                                    budget_usd=limit, running_usd=budget.running_usd(suite))
+                estimate["budget"] = {k: cost[k] for k in ("budget_usd", "spent_usd", "left_usd")}
     finally:
         _leave_no_heartbeat(client, keys, broker)
     report = {"mode": "submit", "suite": suite, "queue": queue, "kind": "task", "tasks": len(tags) * args.attempts,

@@ -15,6 +15,8 @@ import pytest
 
 from runner.canary.model_server import KEY_VARIABLE, ScriptedModel, message, turn, write_codex_home
 from runner.canary.run import fix_call
+from runner.fleet.broker import Keys
+from runner.fleet.budget import FleetBudget
 from tests.conftest import log_events
 from tests.fleet_support import Fleet
 from tests.integration.test_real_codex import COST_PER_RESPONSE, SCRIPTED_CARD, real_codex  # noqa: F401 (a fixture)
@@ -97,5 +99,10 @@ def test_two_workers_start_only_what_the_budget_covers_and_a_larger_one_finishes
     assert estimate["min_usd"] == pytest.approx(4 * PER_TASK) and estimate["max_usd"] == pytest.approx(4 * PER_TASK)
     assert "next" not in fleet.status().stdout, "a dry run writes nothing"
     assert fleet.client.llen(f"{fleet.namespace}:dq:runner") == 0
+    raised = json.loads(fleet.submit("money", *_tags(TAGS), f"--suite-budget-usd={8 * PER_TASK}", "--dry-run").stdout)
+    assert raised["queued"] == 0 and raised["estimate"]["expected_usd"] == 0
+    assert raised["estimate"]["budget"] == {"budget_usd": pytest.approx(8 * PER_TASK),
+                                            "spent_usd": pytest.approx(6 * PER_TASK), "left_usd": pytest.approx(2 * PER_TASK)}
+    assert FleetBudget(fleet.client, Keys(fleet.namespace), ttl=0).limit("money") == pytest.approx(7 * PER_TASK)
     other_model = json.loads(fleet.submit("next", "--tag", "t_new", "--model", "another-model", "--dry-run").stdout)
     assert other_model["estimate"]["expected_usd"] is None and other_model["estimate"]["history_attempts"] == 0
