@@ -54,6 +54,7 @@ def test_two_workers_start_only_what_the_budget_covers_and_a_larger_one_finishes
         rows = fleet.rows("money")
         done_keys = sorted(key for key, row in rows.items() if row["state"] == "done")
         assert len(done_keys) == 3 and model.requests == 6, rows
+        assert {rows[key]["host"] for key in done_keys} == {"host-a", "host-b"}, "both hosts took tasks at once"
         assert all(rows[key]["cost_usd"] == pytest.approx(PER_TASK) and rows[key]["resolved"] for key in done_keys)
         skipped = [row for row in rows.values() if row["state"] == "skipped_budget"]
         assert len(skipped) == 3 and all(row["cost_usd"] is None and row["retries"] == 0 for row in skipped)
