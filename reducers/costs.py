@@ -26,8 +26,11 @@ class Priced(Protocol):
     def spent_tokens(self) -> bool: ...
 
 
-def cost_summary(rows: Iterable[tuple[str, Priced]], *, budget_usd: float | None = None) -> dict[str, Any]:
-    """Total, per tag, per resolved task; with a budget, what is left of it."""
+def cost_summary(
+    rows: Iterable[tuple[str, Priced]], *, budget_usd: float | None = None, running_usd: float = 0.0
+) -> dict[str, Any]:
+    """Total, per tag, per resolved task; with a budget, what is spent (``running_usd``: the running
+    tasks' live usage so far, which no row holds yet) and what is left of it."""
     total = 0.0
     per_tag: dict[str, float] = {}
     priced = unpriced = resolved = skipped = 0
@@ -51,8 +54,9 @@ def cost_summary(rows: Iterable[tuple[str, Priced]], *, budget_usd: float | None
         "per_tag_usd": {tag: round(cost, ROUNDING) for tag, cost in sorted(per_tag.items())},
     }
     if budget_usd is not None:
-        summary |= {"budget_usd": budget_usd, "left_usd": round(max(budget_usd - total, 0.0), ROUNDING),
-                    "skipped_budget": skipped}
+        spent = total + running_usd
+        summary |= {"budget_usd": budget_usd, "spent_usd": round(spent, ROUNDING),
+                    "left_usd": round(max(budget_usd - spent, 0.0), ROUNDING), "skipped_budget": skipped}
     return summary
 
 
@@ -97,3 +101,29 @@ def estimate_cost(
         "mean_tokens_per_attempt": round(sum(tokens) / len(tokens)),
         "tags_with_own_history": from_own,
     }
+
+
+def expected_cost(history: Iterable[tuple[str, float]], tags: Iterable[str]) -> dict[str, Any]:
+    """What running one attempt of each of ``tags`` should cost, from earlier attempts' ``(tag, cost)``.
+
+    A tag with history is estimated from its own attempts (mean, and min to max as the range);
+    one without, from every attempt's. No history at all: nothing is known, and it says so.
+    """
+    per_tag: dict[str, list[float]] = {}
+    every: list[float] = []
+    for tag, cost in history:
+        per_tag.setdefault(tag, []).append(cost)
+        every.append(cost)
+    units = list(tags)
+    known = sum(1 for tag in units if tag in per_tag)
+    estimate: dict[str, Any] = {"units": len(units), "history_attempts": len(every), "units_with_tag_history": known}
+    if not every:
+        return estimate | {"expected_usd": None, "min_usd": None, "max_usd": None}
+    expected = low = high = 0.0
+    for tag in units:
+        costs = per_tag.get(tag, every)
+        expected += sum(costs) / len(costs)
+        low += min(costs)
+        high += max(costs)
+    return estimate | {"expected_usd": round(expected, ROUNDING), "min_usd": round(low, ROUNDING),
+                       "max_usd": round(high, ROUNDING)}

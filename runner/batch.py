@@ -29,7 +29,7 @@ import structlog
 
 from reducers.outcome import TaskState, task_facts
 from runner.audit import read_audit_labels
-from runner.budget import SuiteBudget
+from runner.budget import SuiteBudget, check_budget, spent_costs
 from runner.errors import BadInputError, ExitCode, REFUSALS
 from runner.jobroot import JobRoot
 from runner.journal import default_state_dir, evaluated
@@ -245,8 +245,7 @@ def run_units(
     """Each unit in its own process, ``workers`` at a time; one ledger (and one lock) in ``ledger_dir``."""
     if workers < 1 or workers > 64:
         raise BadInputError("--workers must be between 1 and 64")
-    if suite_budget_usd is not None and not 0 < suite_budget_usd <= 1_000_000_000:
-        raise BadInputError("--suite-budget-usd must be a positive number of dollars")
+    check_budget(suite_budget_usd)
     load_rate_card(host.rate_card)  # a bad card is refused before any task, not by each
     with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
         return _run_locked(template, host, units, ledger_dir, workers, progress, suite_budget_usd)
@@ -363,8 +362,7 @@ def _budget(ledger: RunLedger, todo: list[Unit], limit_usd: float | None) -> Sui
         return None
     budget = SuiteBudget(limit_usd)
     again = {unit.name for unit in todo}  # their cost is counted when they end (a resumed codex included)
-    budget.seed([row.cost_usd for key, row in ledger.rows.items()
-                 if key not in again and row.cost_usd is not None and row.state is not TaskState.SKIPPED_BUDGET])
+    budget.seed(spent_costs(row for key, row in ledger.rows.items() if key not in again))
     return budget
 
 

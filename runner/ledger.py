@@ -289,8 +289,8 @@ def cost_markdown(cost: dict[str, Any]) -> list[str]:
         f"- per task: {dollars(cost['per_task_usd'])}; per resolved task: {dollars(cost['per_resolved_usd'])}",
     ]
     if "budget_usd" in cost:
-        lines.append(f"- budget: {dollars(cost['budget_usd'])}, left {dollars(cost['left_usd'])}, "
-                     f"{cost['skipped_budget']} tasks skipped for it")
+        lines.append(f"- budget: {dollars(cost['budget_usd'])}, spent {dollars(cost['spent_usd'])}, "
+                     f"left {dollars(cost['left_usd'])}, {cost['skipped_budget']} tasks skipped for it")
     if cost["per_tag_usd"]:
         lines += ["", "| tag | cost |", "|---|---|", *(f"| {tag} | {dollars(v)} |" for tag, v in cost["per_tag_usd"].items())]
     return lines

@@ -125,6 +125,12 @@ class Keys:
     def cancelled(self, suite: str) -> str:
         return f"{self.namespace}:cancelled:{suite}"
 
+    def budget(self, suite: str) -> str:
+        return f"{self.namespace}:budget:{suite}"
+
+    def spending(self, suite: str) -> str:
+        return f"{self.namespace}:spending:{suite}"
+
     def queue(self, name: str) -> str:
         """Dramatiq's list of message ids of a queue (see dramatiq/brokers/redis/dispatch.lua)."""
         return f"{self.dramatiq}:{name}"

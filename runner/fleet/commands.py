@@ -8,7 +8,11 @@ name, sha256) (a unit already queued, running or done is not queued again; the l
 transaction decides, so two submits racing queue it once); a patches dir is read and every
 patch classified before anything is queued (``runner.patch_sets``'s errors, exactly); status
 output passes the public guard; cancel drops queued messages and interrupts running units
-through the child's cleanup.
+through the child's cleanup; ``--dry-run`` writes nothing to the broker.
+
+A suite's budget (``submit --suite-budget-usd``) is kept with the suite and replaced by the next
+submit that names one; a resubmission queues again what the budget skipped (``skipped_budget``
+is not an active state), so a rerun with a larger budget finishes what the smaller one left.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import redis
 import structlog
 from dramatiq import Message
 
+from reducers.costs import cost_summary, expected_cost
 from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
+from runner.budget import UNSPENT_STATES, check_budget
 from runner.entry import RunnerArgumentParser, add_task_flags, answer, task_flags
 from runner.errors import BadInputError, BrokerUnavailableError, ExitCode
 from runner.fleet.broker import (
@@ -39,8 +45,10 @@ from runner.fleet.broker import (
     task_message,
     where,
 )
+from runner.fleet.budget import FleetBudget
 from runner.fleet.ledger import ACTIVE_STATES, LedgerRow, SuiteLedger, TaskState, now, summary
 from runner.jobroot import PROMPT, SYNTHETIC_PROMPT_MARKER
+from runner.ledger import cost_markdown
 from runner.logs import configure_logging
 from runner.public import private_texts_for
 from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
@@ -89,6 +97,13 @@ def submit_parser() -> argparse.ArgumentParser:
                         help="with --patches-dir: each patch of a tag is one attempt of one agent (pass@k over them)")
     parser.add_argument("--attempts", type=int, default=1, help="independent attempts per tag (default 1)")
     parser.add_argument("--queue", default=DEFAULT_QUEUE, help=f"the queue (pool of hosts) to run on (default {DEFAULT_QUEUE})")
+    parser.add_argument("--suite-budget-usd", type=float, metavar="DOLLARS",
+                        help="with --prompts-dir: no task of the suite starts once its cost (finished tasks, plus the "
+                        "running ones' so far, on every host) would pass this; the rest end skipped_budget, and a "
+                        "submit with a larger budget queues them again (kept with the suite; replaces its earlier one)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="queue nothing: say what would be queued and, from the ledger's history (the same model's "
+                        "priced attempts, per tag where the tag has some), what it should cost")
     add_task_flags(parser, many_tags=True)
     return parser
 
@@ -126,6 +141,8 @@ def submit_patches(args: argparse.Namespace, suite: str, queue: str, tags: list[
     if args.attempts != 1:
         raise BadInputError("--attempts goes with --prompts-dir; with --patches-dir each patch is one unit "
                             "(--attempts-as-patches: a tag's patches are attempts)")
+    if args.suite_budget_usd is not None:
+        raise BadInputError("--suite-budget-usd goes with --prompts-dir: scoring a patch runs no agent and costs nothing")
     units = discover(args.patches_dir, tags=tags or None, attempts_as_patches=args.attempts_as_patches)
     large = [unit.key for unit in units if unit.rejection is None and unit.size > MAX_QUEUED_PATCH_BYTES]
     if large:
@@ -152,7 +169,10 @@ def submit_patches(args: argparse.Namespace, suite: str, queue: str, tags: list[
                 same = cur is not None and cur.patch_sha256 == fresh.patch_sha256
                 return None if same and cur.state in ACTIVE_STATES else fresh
 
-            if ledger.update(message.key, change):
+            if args.dry_run:
+                wanted = change(ledger.get(message.key)) is not None
+                queued, skipped = queued + wanted, skipped + (not wanted)
+            elif ledger.update(message.key, change):
                 client.srem(keys.cancelled(suite), message.key)
                 broker.enqueue(task_message(message, queue))
                 queued += 1
@@ -162,7 +182,8 @@ def submit_patches(args: argparse.Namespace, suite: str, queue: str, tags: list[
         _leave_no_heartbeat(client, keys, broker)
     report = {"mode": "submit", "suite": suite, "queue": queue, "kind": "eval", "units": len(messages),
               "queued": queued, "skipped_existing": skipped, "refused": 0,
-              "rejected": sorted(m.key for m in messages if m.unit.rejection is not None)}
+              "rejected": sorted(m.key for m in messages if m.unit.rejection is not None),
+              **({"dry_run": True} if args.dry_run else {})}
     log.info("suite_submitted", **{k: v for k, v in report.items() if k != "rejected"})
     return report, int(ExitCode.COMPLETED)
 
@@ -176,10 +197,22 @@ def _leave_no_heartbeat(client: redis.Redis, keys: Keys, broker: Any) -> None:
     client.close()
 
 
+def history_estimate(client: redis.Redis, keys: Keys, model: str | None, tags: list[str]) -> dict[str, Any]:
+    """The expected cost of one attempt of each of ``tags``, from every suite's priced attempts in the
+    ledger (of ``model`` only, when the submit names one; otherwise of any)."""
+    history = []
+    for name in sorted(raw.decode() for raw in client.smembers(keys.suites)):
+        history += [(row.tag, row.cost_usd) for row in SuiteLedger(client, keys, name).rows()
+                    if row.kind == "task" and row.cost_usd is not None and row.state not in UNSPENT_STATES
+                    and (model is None or row.model == model)]
+    return {"model": model, **expected_cost(history, tags)}
+
+
 def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     suite = check_suite(args.suite)
     queue = check_queue(args.queue)
     check_attempts(args.attempts)
+    budget_usd = check_budget(args.suite_budget_usd)
     tags = [check_tag(tag, "--tag") for tag in args.tag or []]
     if args.tags_file is not None:
         tags += read_tags_file(args.tags_file)
@@ -198,7 +231,10 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     ledger = SuiteLedger(client, keys, suite)
     broker = make_broker(args.broker, args.namespace)
     queued = skipped = refused = 0
+    would_queue: list[str] = []
     try:
+        if budget_usd is not None and not args.dry_run:  # before any task is queued: a worker never sees it without
+            FleetBudget(client, keys, ttl=0).set_limit(suite, budget_usd)
         for tag in tags:
             prompt = _read_prompt(args.prompts_dir, tag)
             for attempt in range(1, args.attempts + 1):
@@ -207,24 +243,49 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                     row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, submitted_at=now(),
                                     finished_at=now(), failure_label="bad_input_prompt",
                                     error=f"no usable prompt: {PROMPT} of this tag in --prompts-dir is missing, empty or a placeholder")
-                    if ledger.update(key, lambda cur, row=row: None if cur and cur.state in ACTIVE_STATES else row):
+                    if args.dry_run:
+                        current = ledger.get(key)
+                        refused, skipped = (refused, skipped + 1) if current and current.state in ACTIVE_STATES \
+                            else (refused + 1, skipped)
+                    elif ledger.update(key, lambda cur, row=row: None if cur and cur.state in ACTIVE_STATES else row):
                         refused += 1
                     else:
                         skipped += 1
                     continue
                 task = TaskMessage(suite=suite, attempt=attempt, prompt=prompt, spec=specs[tag])
                 fresh = LedgerRow(tag=tag, attempt=attempt, state=TaskState.QUEUED, queue=queue, submitted_at=now())
-                if ledger.update(key, lambda cur, fresh=fresh: None if cur and cur.state in ACTIVE_STATES else fresh):
+                if args.dry_run:
+                    current = ledger.get(key)
+                    if current is not None and current.state in ACTIVE_STATES:
+                        skipped += 1
+                    else:
+                        queued += 1
+                        would_queue.append(tag)
+                elif ledger.update(key, lambda cur, fresh=fresh: None if cur and cur.state in ACTIVE_STATES else fresh):
                     client.srem(keys.cancelled(suite), key)
                     broker.enqueue(task_message(task, queue))
                     queued += 1
                 else:
                     skipped += 1
+        estimate = history_estimate(client, keys, template.model, would_queue) if args.dry_run else None
+        if estimate is not None:  # beside it, what the suite's budget (this one, else its own) has left
+            limit = budget_usd if budget_usd is not None else FleetBudget(client, keys, ttl=0).limit(suite)
+            if limit is not None:
+                budget = FleetBudget(client, keys, ttl=0)
+                cost = cost_summary(((row.tag, row) for row in ledger.rows() if row.kind == "task"),
+                                    budget_usd=limit, running_usd=budget.running_usd(suite))
+                estimate["budget"] = {k: cost[k] for k in ("budget_usd", "spent_usd", "left_usd")}
     finally:
         _leave_no_heartbeat(client, keys, broker)
     report = {"mode": "submit", "suite": suite, "queue": queue, "kind": "task", "tasks": len(tags) * args.attempts,
-              "queued": queued, "skipped_existing": skipped, "refused": refused}
-    log.info("suite_submitted", **report)
+              "queued": queued, "skipped_existing": skipped, "refused": refused,
+              **({"suite_budget_usd": budget_usd} if budget_usd is not None else {})}
+    if estimate is not None:  # nothing was written: "queued" is what a submit would queue now
+        report |= {"dry_run": True, "estimate": estimate}
+        log.info("suite_dry_run", **{k: v for k, v in report.items() if k != "estimate"},
+                 expected_usd=estimate["expected_usd"])
+    else:
+        log.info("suite_submitted", **report)
     return report, int(ExitCode.BAD_INPUT if refused else ExitCode.COMPLETED)
 
 
@@ -243,9 +304,13 @@ def suite_status(client: redis.Redis, keys: Keys, suite: str) -> dict[str, Any]:
     rows = SuiteLedger(client, keys, suite).rows()
     tasks = [row for row in rows if row.kind == "task"]
     tags = tag_pass_at([(row.tag, row.scored, bool(row.resolved)) for row in tasks])
+    budget = FleetBudget(client, keys, ttl=0)
+    limit = budget.limit(suite)
+    cost = cost_summary(((row.tag, row) for row in tasks), budget_usd=limit,
+                        running_usd=budget.running_usd(suite) if limit is not None else 0.0)
     document = {
         "suite": suite, "summary": summary(rows), "tasks": tags, "suite_pass_at": suite_pass_at_summary(tags),
-        "rows": [row.model_dump(mode="json", exclude={"evaluation"}) for row in rows],
+        "cost": cost, "rows": [row.model_dump(mode="json", exclude={"evaluation"}) for row in rows],
     }
     scored = [EvalRow.model_validate(row.evaluation) for row in rows if row.kind == "eval" and row.evaluation]
     if scored:  # evaluate's own summary (per tag successes / patches, pass@k) of the units scored so far
@@ -294,6 +359,8 @@ def render_markdown(document: dict[str, Any]) -> str:
                          f"{row['retries']} | {wall} |")
         if suite["tasks"]:
             lines += ["", *pass_at_markdown(suite["tasks"], suite["suite_pass_at"])]
+        if suite["cost"]["tasks_priced"] or suite["cost"]["tasks_cost_unknown"] or "budget_usd" in suite["cost"]:
+            lines += ["", *cost_markdown(suite["cost"])]
         if "evaluation" in suite:
             evaluation = suite["evaluation"]
             lines += ["", "## Evaluation units (scored as `python -m runner evaluate` scores them)", "",

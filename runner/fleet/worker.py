@@ -16,7 +16,10 @@ Invariants:
   ``--grace`` seconds, interrupts them through the child's cleanup and puts their
   messages back on the queue, where a restarted worker resumes them from markers;
 - nothing a message holds can crash the worker: a bad one becomes a failed row, and
-  its text (the prompt) is never logged.
+  its text (the prompt) is never logged;
+- a task of a suite with a budget starts only when the suite's budget admits it
+  (``runner.fleet.budget``, the batch's rule across hosts); one that does not fit ends
+  ``skipped_budget``, and while it runs its live cost is published every tick.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -38,9 +42,11 @@ from dramatiq.middleware import CurrentMessage
 from structlog.contextvars import bound_contextvars
 
 from runner.atomic import write_bytes_atomic
+from runner.budget import live_cost
 from runner.docker_utils import connect, sweep_strays
 from runner.entry import answer
 from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
+from runner.fleet.budget import FleetBudget
 from runner.fleet.broker import ACTOR_NAME, TIME_LIMIT_MS, Keys, connect_redis, make_broker, quiet_dramatiq_messages
 from runner.fleet.hostchecks import check_host
 from runner.fleet.leases import Lease
@@ -51,7 +57,7 @@ from runner.fleet.outcome import Action, Decision, Recorder, StopReason, decide,
 from runner.fleet.rejects import rejected_row
 from runner.fleet.state import RunningTask, WorkerState
 from runner.fleet.views import WorkerStatusSource
-from runner.jobroot import PROMPT
+from runner.jobroot import PROMPT, JobRoot
 from runner.logs import configure_logging
 from runner.tasks.protocol import EvalMessage, MessageError, TaskMessage, parse_any_message
 from runner.tasks.supervisor import run_task
@@ -77,6 +83,9 @@ class FleetWorker:
         self.state = WorkerState(options.name, options.slots, options.queues)
         self.recorder = Recorder(self.redis, self.keys, Outbox(options.jobs_dir), options.name)
         self.lease_ttl = options.heartbeat_timeout
+        self.budget = FleetBudget(self.redis, self.keys, ttl=max(options.heartbeat_timeout, 2.0))
+        self._budgeted: set[tuple[str, str]] = set()  # (suite, key) of the admitted tasks running here
+        self._budget_lock = threading.Lock()
         self._stop = threading.Event()
         self._recheck = threading.Event()
         self.broker = make_broker(
@@ -143,17 +152,63 @@ class FleetWorker:
             return action
         finally:
             self.state.finish_task(key, row)
+            self._release_budget(task)
             try:
                 lease.release()
             except redis.RedisError:
                 pass  # it expires on its own
+
+    def _job_root(self, task: TaskMessage) -> Path:
+        return self.options.jobs_dir / task.suite / task.tag / f"attempt-{task.attempt}"
+
+    def _admit(self, task: TaskMessage) -> bool:
+        """The suite's budget admits the task (always, without one); from now its live cost is published."""
+        if not self.budget.try_start(task.suite, task.key):
+            return False
+        with self._budget_lock:
+            self._budgeted.add((task.suite, task.key))
+        return True
+
+    def _release_budget(self, task: TaskMessage | EvalMessage) -> None:
+        with self._budget_lock:
+            if (task.suite, task.key) not in self._budgeted:
+                return
+            self._budgeted.discard((task.suite, task.key))
+        try:
+            self.budget.release(task.suite, task.key)
+        except redis.RedisError:
+            pass  # its published cost expires on its own
+
+    def _publish_spending(self) -> None:
+        """Each admitted running task's cost so far (its codex meter's file), for every host's admissions."""
+        with self._budget_lock:
+            budgeted = set(self._budgeted)
+        for running in self.state.running():
+            task = running.task
+            if isinstance(task, TaskMessage) and (task.suite, task.key) in budgeted:
+                self.budget.publish(task.suite, task.key, live_cost(JobRoot.at(self._job_root(task), task.tag).logs))
+
+    def _skip_budget(self, task: TaskMessage, queue: str, retries: int) -> tuple[LedgerRow | None, Action]:
+        """Not started: the suite's money would not cover it. Final for this submission, neither failed nor
+        retried; a later ``submit`` with a larger budget queues it again."""
+        skipped = LedgerRow(tag=task.tag, attempt=task.attempt, state=TaskState.SKIPPED_BUDGET, queue=queue,
+                            retries=retries, submitted_at=now(), finished_at=now())
+
+        def change(row: LedgerRow | None) -> LedgerRow | None:
+            if row is not None and row.state is not TaskState.QUEUED:
+                return None
+            return skipped if row is None else skipped.model_copy(update={"submitted_at": row.submitted_at})
+
+        return SuiteLedger(self.redis, self.keys, task.suite).update(task.key, change), Action.DONE
 
     def _run(
         self, task: TaskMessage | EvalMessage, running: RunningTask, ledger: SuiteLedger, queue: str, retries: int
     ) -> tuple[LedgerRow | None, Action]:
         if isinstance(task, EvalMessage):
             return self._evaluate(task, running, queue, retries)
-        job_root = self.options.jobs_dir / task.suite / task.tag / f"attempt-{task.attempt}"
+        if not self._admit(task):
+            return self._skip_budget(task, queue, retries)
+        job_root = self._job_root(task)
         started = time.monotonic()
         try:
             write_bytes_atomic(job_root / PROMPT, task.prompt.encode(), mode=0o600)
@@ -279,6 +334,7 @@ class FleetWorker:
                     elif self.redis.sismember(self.keys.cancelled(task.suite), task.key):
                         log.info("task_cancel_requested", suite=task.suite, task=task.key)
                         running.interrupt(StopReason.CANCEL)
+                self._publish_spending()
                 self.recorder.redeliver_kept()
                 if not self.state.broker_ok:
                     log.info("broker_reachable_again")

@@ -74,7 +74,7 @@ class TaskRow(Frozen):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     wall_seconds: float | None = Field(default=None, ge=0)
     tokens: dict[str, int] = Field(default_factory=dict)
-    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # None: unknown (reducers.costs)
+    cost_usd: float | None = Field(default=None, ge=0)  # on the rate card; None: unknown or not run
     unreadable: Unreadable | None = None  # why, for an unreadable row (and only for one)
 
     @model_validator(mode="after")

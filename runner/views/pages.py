@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from runner.views.model import TIMED_PHASES, TaskState
-from runner.views.render import STATE_COLORS, badge, esc, fmt_rate, fmt_seconds, fmt_usd, page, stacked_bars, table
+from runner.views.render import (
+    STATE_COLORS, badge, esc, fmt_dollars, fmt_rate, fmt_seconds, page, stacked_bars, table,
+)
 
 
 def summary_cards(doc: dict[str, Any]) -> str:
@@ -23,8 +25,7 @@ def summary_cards(doc: dict[str, Any]) -> str:
         ("excl. infra failures", fmt_rate(s["resolved_rate_excluding_infra"])),
         ("infra failures", str(s["infra_failures"])),
         ("tokens in / out", f"{s['tokens']['input']:,} / {s['tokens']['output']:,}"),
-        ("cost", fmt_usd(s["cost"]["total_usd"])),
-        ("cost per resolved", fmt_usd(s["cost"]["per_resolved_usd"])),
+        ("cost", fmt_dollars(s["cost"]["total_usd"]) if s["cost"]["tasks_priced"] else "-"),
     ]
     inner = "".join(
         f'<div class="card" data-card="{esc(name)}"><span class="muted">{esc(name)}</span><b>{esc(value)}</b></div>'
@@ -42,7 +43,7 @@ def states_chart(doc: dict[str, Any]) -> str:
 
 def tasks_table(doc: dict[str, Any]) -> str:
     headers = ["suite", "kind", "tag", "attempt / patch", "state", "host", "phase", "verdict", "failure label",
-               *TIMED_PHASES, "wall", "tokens in", "tokens out"]
+               *TIMED_PHASES, "wall", "tokens in", "tokens out", "cost"]
     rows = []
     for row in doc["rows"]:
         cells = [
@@ -53,6 +54,7 @@ def tasks_table(doc: dict[str, Any]) -> str:
             *(esc(fmt_seconds(row["phase_seconds"].get(phase))) for phase in TIMED_PHASES),
             esc(fmt_seconds(row["wall_seconds"])),
             esc(row["tokens"].get("input", 0)), esc(row["tokens"].get("output", 0)),
+            esc(fmt_dollars(row.get("cost_usd"))),
         ]
         rows.append(cells)
     return table(headers, rows, css_class="tasks", raw=True)

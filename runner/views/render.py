@@ -12,7 +12,7 @@ from html import escape
 STATE_COLORS = {
     "resolved": "#2e7d32", "unresolved": "#c62828", "infra": "#ef6c00", "failed": "#6a1b9a",
     "queued": "#9e9e9e", "running": "#1565c0", "cancelled": "#616161", "done": "#2e7d32",
-    "unreadable": "#795548", "skipped_budget": "#9e9d24",
+    "unreadable": "#795548", "skipped_budget": "#bdbdbd",
 }
 # Nothing may be fetched: the page is whole as written (a report opens offline).
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
@@ -43,6 +43,11 @@ def fmt_rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def fmt_dollars(value: float | None) -> str:
+    """A cost as the ledgers' Markdown shows it (``runner.ledger.cost_markdown``): four decimals."""
+    return "-" if value is None else f"${value:.4f}"
+
+
 def fmt_seconds(value: float | None) -> str:
     if value is None:
         return "-"
@@ -51,13 +56,6 @@ def fmt_seconds(value: float | None) -> str:
     if value >= 60:
         return f"{value / 60:.1f} min"
     return f"{value:.1f} s"
-
-
-def fmt_usd(value: float | None) -> str:
-    """Dollars to the cent above $1, to a hundredth of a cent below; '-' when unknown."""
-    if value is None:
-        return "-"
-    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
 
 
 def badge(text: str, color_key: str) -> str:

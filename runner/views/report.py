@@ -15,7 +15,7 @@ import structlog
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
 from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
-from runner.views.render import bar_chart, esc, fmt_rate, fmt_seconds, fmt_usd, grid_chart, page, stacked_bars, table
+from runner.views.render import bar_chart, esc, fmt_dollars, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +38,20 @@ def _pass_table_rows(doc: dict[str, Any]) -> list[list[str]]:
          *(fmt_rate(tag["pass_at"].get(k)) for k in ks)]
         for tag in doc["tags"]
     ]
+
+
+COST_HEADERS = ["total", "per task", "per resolved task", "priced tasks", "cost unknown"]
+
+
+def _cost_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The suite's cost (``reducers.costs``), one row for the HTML and the Markdown alike, then one per tag."""
+    cost = doc["summary"]["cost"]
+    return [[fmt_dollars(cost["total_usd"]), fmt_dollars(cost["per_task_usd"]), fmt_dollars(cost["per_resolved_usd"]),
+             str(cost["tasks_priced"]), str(cost["tasks_cost_unknown"])]]
+
+
+def _cost_tag_rows(doc: dict[str, Any]) -> list[list[str]]:
+    return [[tag, fmt_dollars(value)] for tag, value in doc["summary"]["cost"]["per_tag_usd"].items()]
 
 
 def _pass_headers(doc: dict[str, Any]) -> list[str]:
@@ -74,6 +88,9 @@ def render_html(doc: dict[str, Any]) -> str:
         + stacked_bars("phase-time", phase_rows, list(TIMED_PHASES), value_text=fmt_seconds)
         + "<h2>Tokens per task</h2>"
         + stacked_bars("tokens", token_rows, TOKEN_SEGMENTS, value_text=lambda v: f"{v:,.0f}")
+        + "<h2>Cost</h2>"
+        + table(COST_HEADERS, _cost_rows(doc), css_class="cost")
+        + table(["tag", "cost"], _cost_tag_rows(doc), css_class="cost-per-tag")
         + unreadable_section(doc)
         + "<h2>Tasks</h2>"
         + tasks_table(doc)
@@ -107,16 +124,14 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
                        [[task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
                          fmt_seconds(r["wall_seconds"])] for r in doc["rows"]])
-    cost = s["cost"]
-    lines += ["## Cost", ""]
-    lines += _md_table(["total", "priced tasks", "cost unknown", "per task", "per resolved task"],
-                       [[fmt_usd(cost["total_usd"]), str(cost["tasks_priced"]), str(cost["tasks_cost_unknown"]),
-                         fmt_usd(cost["per_task_usd"]), fmt_usd(cost["per_resolved_usd"])]])
-    lines += _md_table(["tag", "cost"], [[tag, fmt_usd(value)] for tag, value in cost["per_tag_usd"].items()])
-    lines += ["## Tokens and cost per task", ""]
+    lines += ["## Tokens per task", ""]
     lines += _md_table(["task", "input", "cached input", "output", "cost"],
                        [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output")),
-                         fmt_usd(r.get("cost_usd"))] for r in doc["rows"]])
+                         fmt_dollars(r.get("cost_usd"))] for r in doc["rows"]])
+    lines += ["## Cost", ""]
+    lines += _md_table(COST_HEADERS, _cost_rows(doc))
+    if _cost_tag_rows(doc):
+        lines += _md_table(["tag", "cost"], _cost_tag_rows(doc))
     if unreadable_rows(doc):
         lines += ["## Unreadable", ""]
         lines += _md_table(["task", "reason"], unreadable_rows(doc))

@@ -40,7 +40,7 @@ class SuiteSummary(Frozen):
     resolved_rate: float | None
     resolved_rate_excluding_infra: float | None
     tokens: dict[str, int]
-    cost: dict[str, Any]  # reducers.costs.cost_summary: total, per task, per resolved, per tag
+    cost: dict[str, Any]  # reducers.costs.cost_summary of the rows: the ledgers' own
     failure_labels: list[tuple[str, int]]  # (label, tasks) of the finished unresolved, most first
     pass_at: dict[int, float]  # k -> mean pass@k over tags with at least k scored attempts
     rate_by_attempt: dict[int, float]  # attempt -> resolved rate among its scored rows

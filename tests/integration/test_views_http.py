@@ -85,8 +85,7 @@ def test_metrics_parse_and_count_the_suite(served) -> None:
     assert status == 200 and content_type.startswith("text/plain")
     samples = _samples(text)
     state = {s.value: samples[("runner_tasks", (("state", s.value),))] for s in TaskState}
-    assert state == {"queued": 1, "running": 1, "done": 3, "failed": 2, "cancelled": 0,
-                     "skipped_budget": 0, "unreadable": 0}
+    assert state == {"queued": 1, "running": 1, "done": 3, "failed": 2, "cancelled": 0, "skipped_budget": 0, "unreadable": 0}
     assert samples[("runner_slots", (("state", "busy"),))] == 1 and samples[("runner_slots", (("state", "free"),))] == 1
     assert samples[("runner_taking_work", ())] == 1 and samples[("runner_draining", ())] == 0
     assert samples[("runner_tasks_resolved_total", ())] == 1

@@ -20,7 +20,8 @@ CONTAINER_ONLY = {"put_archive", "get_archive", "attach", "attach_socket", "exec
 DOCKER_OBJECTS = {"client", "container", "docker_client"}
 # Redis and HTTP clients are called client too; their modules never hold a Docker client.
 NOT_DOCKER = {RUNNER / "fleet" / "broker.py", RUNNER / "fleet" / "commands.py", RUNNER / "fleet" / "views.py",
-              RUNNER / "fleet" / "ledger.py", RUNNER / "fleet" / "leases.py", RUNNER / "views" / "sources.py"}
+              RUNNER / "fleet" / "ledger.py", RUNNER / "fleet" / "leases.py", RUNNER / "fleet" / "budget.py",
+              RUNNER / "views" / "sources.py"}
 
 
 def docker_calls_outside_the_boundary(source: str, *, redis_module: bool = False) -> list[str]:

@@ -159,3 +159,23 @@ def test_a_worker_counts_only_its_own_hosts_tasks_from_a_suite_wide_source() -> 
     metrics.sync(rows, health)
     assert metrics.registry.get_sample_value("runner_tasks_resolved_total") == 2
     assert metrics.registry.get_sample_value("runner_tasks", {"state": "done"}) == 5
+
+
+def test_the_document_and_the_report_carry_the_ledgers_cost_summary() -> None:
+    from runner.views.report import render_html, render_markdown
+
+    rows = [TaskRow(suite="s", tag="t_a", attempt=1, state=TaskState.DONE, resolved=True, cost_usd=0.5,
+                    tokens={"input": 10}),
+            TaskRow(suite="s", tag="t_b", attempt=1, state=TaskState.DONE, resolved=False, cost_usd=0.25,
+                    tokens={"input": 10}),
+            TaskRow(suite="s", tag="t_c", attempt=1, state=TaskState.DONE, resolved=False, tokens={"input": 10}),
+            TaskRow(suite="s", tag="t_d", attempt=1, state=TaskState.SKIPPED_BUDGET)]
+    cost = summarize(rows).cost
+    assert cost["total_usd"] == 0.75 and cost["tasks_priced"] == 2 and cost["tasks_cost_unknown"] == 1
+    assert cost["per_resolved_usd"] == 0.75 and cost["per_tag_usd"] == {"t_a": 0.5, "t_b": 0.25}
+    document = suite_document("s", rows, [])
+    assert [row["cost_usd"] for row in document["rows"]] == [0.5, 0.25, None, None]
+    markdown = render_markdown(document)
+    assert "| $0.7500 | $0.3750 | $0.7500 | 2 | 1 |" in markdown and "| t_a | $0.5000 |" in markdown
+    html = render_html(document)
+    assert "<td>$0.7500</td><td>$0.3750</td><td>$0.7500</td>" in html and 'data-card="cost"' in html
