@@ -8,11 +8,23 @@ counted apart, never as 0 dollars.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from reducers.outcome import TaskFacts, TaskState
 
 ROUNDING = 6  # a millionth of a dollar
+# Rows whose cost is not (yet) the suite's: running or queued again (their end counts it), or never started.
+UNSPENT_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING, TaskState.SKIPPED_BUDGET})
+
+
+@dataclass(frozen=True)
+class BudgetFigures:
+    """A suite's budget as a view shows it: the limit, and what its running tasks have spent so far
+    (which no finished row holds yet); a report after the suite has ended has ``running_usd`` 0."""
+
+    limit_usd: float
+    running_usd: float = 0.0
 
 
 class Priced(Protocol):
@@ -63,7 +75,8 @@ def cost_summary(
 def estimate_cost(
     history: Iterable[tuple[str, TaskFacts]], tags: list[str], *, model: str | None = None, attempts: int = 1
 ) -> dict[str, Any]:
-    """What ``tags`` (``attempts`` each) should cost, from the priced rows of ``history``.
+    """What ``tags`` (``attempts`` each; a tag named twice counts twice) should cost, from the priced
+    finished rows of ``history``: the plan mode's and ``submit --dry-run``'s one estimate.
 
     Of the same model when one is named (else of any); a tag with history of its own is
     estimated from it, the others from the mean over every tag. The range is the cheapest and
@@ -72,22 +85,20 @@ def estimate_cost(
     per_tag: dict[str, list[float]] = {}
     tokens: list[int] = []
     for tag, facts in history:
-        if facts.cost_usd is None or (model is not None and facts.model != model):
+        if facts.cost_usd is None or facts.state in UNSPENT_STATES or (model is not None and facts.model != model):
             continue
         per_tag.setdefault(tag, []).append(facts.cost_usd)
         tokens.append(facts.input_tokens + facts.output_tokens)
     every = [cost for costs in per_tag.values() for cost in costs]
-    base: dict[str, Any] = {"model": model, "tags": len(tags), "attempts_per_tag": attempts,
-                            "attempts_in_history": len(every)}
+    base: dict[str, Any] = {"model": model, "tags": len(set(tags)), "attempts_per_tag": attempts,
+                            "units": len(tags) * attempts, "attempts_in_history": len(every)}
     if not every:
         return base | {"known": False, "expected_usd": None, "low_usd": None, "high_usd": None,
                        "why": "no priced attempt in the ledger's history" + (f" of model {model}" if model else "")}
     mean_all = sum(every) / len(every)
     expected = low = high = 0.0
-    from_own = 0
     for tag in tags:
         own = per_tag.get(tag)
-        from_own += own is not None
         costs = own or every
         expected += attempts * (sum(costs) / len(costs) if own else mean_all)
         low += attempts * min(costs)
@@ -99,31 +110,6 @@ def estimate_cost(
         "high_usd": round(high, ROUNDING),
         "mean_per_attempt_usd": round(mean_all, ROUNDING),
         "mean_tokens_per_attempt": round(sum(tokens) / len(tokens)),
-        "tags_with_own_history": from_own,
+        "tags_with_own_history": sum(1 for tag in set(tags) if tag in per_tag),
     }
 
-
-def expected_cost(history: Iterable[tuple[str, float]], tags: Iterable[str]) -> dict[str, Any]:
-    """What running one attempt of each of ``tags`` should cost, from earlier attempts' ``(tag, cost)``.
-
-    A tag with history is estimated from its own attempts (mean, and min to max as the range);
-    one without, from every attempt's. No history at all: nothing is known, and it says so.
-    """
-    per_tag: dict[str, list[float]] = {}
-    every: list[float] = []
-    for tag, cost in history:
-        per_tag.setdefault(tag, []).append(cost)
-        every.append(cost)
-    units = list(tags)
-    known = sum(1 for tag in units if tag in per_tag)
-    estimate: dict[str, Any] = {"units": len(units), "history_attempts": len(every), "units_with_tag_history": known}
-    if not every:
-        return estimate | {"expected_usd": None, "min_usd": None, "max_usd": None}
-    expected = low = high = 0.0
-    for tag in units:
-        costs = per_tag.get(tag, every)
-        expected += sum(costs) / len(costs)
-        low += min(costs)
-        high += max(costs)
-    return estimate | {"expected_usd": round(expected, ROUNDING), "min_usd": round(low, ROUNDING),
-                       "max_usd": round(high, ROUNDING)}

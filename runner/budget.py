@@ -24,15 +24,14 @@ from pathlib import Path
 
 import structlog
 
-from reducers.outcome import TaskFacts, TaskState
+from reducers.costs import UNSPENT_STATES
+from reducers.outcome import TaskFacts
 from runner.codex_meter import LIVE_USAGE
 from runner.errors import BadInputError
 
 log = structlog.get_logger(__name__)
 LIVE_USAGE_MAX_BYTES = 4096
 MAX_BUDGET_USD = 1_000_000_000
-# Rows whose cost is not (yet) the suite's: running or queued again (their end counts it), or never started.
-UNSPENT_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING, TaskState.SKIPPED_BUDGET})
 
 
 def check_budget(limit_usd: float | None) -> float | None:

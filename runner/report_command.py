@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from reducers.costs import BudgetFigures
 from runner.atomic import write_bytes_atomic
 from runner.containment import signals
 from runner.entry import RunnerArgumentParser, answer
@@ -22,7 +23,7 @@ from runner.tasks.spec import ensure_dir
 from runner.views.model import TaskRow
 from runner.views.public import view_private_texts
 from runner.views.report import build_report
-from runner.views.sources import rows_from_jobs_dir
+from runner.views.sources import read_jobs_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,20 +75,22 @@ def _eval_report(args: argparse.Namespace, jobs_dir: Path) -> tuple[str, int]:
     return text, len(ledger.rows)
 
 
-def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], list[str], str]:
+def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], BudgetFigures | None, list[str], str]:
     if args.jobs_dir is not None:
         if args.suite or args.broker:
             raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
         jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir")
-        return rows_from_jobs_dir(jobs_dir), [str(jobs_dir)], "local batch"
+        local = read_jobs_dir(jobs_dir)
+        return local.rows, local.budget, [str(jobs_dir)], "local batch"
     if not (args.suite and args.broker):
         raise BadInputError("report needs --jobs-dir DIR, or both --suite NAME and --broker URL")
     from runner.fleet.broker import DEFAULT_NAMESPACE
-    from runner.fleet.views import rows_from_broker
+    from runner.fleet.views import suite_from_broker
     from runner.tasks.protocol import check_suite
 
     namespace = args.namespace or os.environ.get("RUNNER_FLEET_NAMESPACE") or DEFAULT_NAMESPACE
-    return rows_from_broker(args.broker, check_suite(args.suite), namespace), [args.broker], f"suite {args.suite}"
+    rows, budget = suite_from_broker(args.broker, check_suite(args.suite), namespace)
+    return rows, budget, [args.broker], f"suite {args.suite}"
 
 
 def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
@@ -101,9 +104,9 @@ def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
         (text, count), unreadable, kind = _eval_report(args, jobs_dir), 0, "eval"
     else:
-        rows, private, default_title = _rows(args)
+        rows, budget, private, default_title = _rows(args)
         text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
-                            private_texts=view_private_texts(private))
+                            private_texts=view_private_texts(private), budget=budget)
         count, unreadable, kind = len(rows), sum(1 for row in rows if row.unreadable is not None), "runs"
     try:
         write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))

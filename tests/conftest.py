@@ -380,6 +380,25 @@ def snapshot_outside(tmp_path: Path, *jobs: Path) -> dict[str, float]:
     }
 
 
+def hanging_git_dir(tmp_path: Path) -> Path:
+    """A directory holding a ``git`` to put first on PATH: ``git add`` runs the real one and then
+    hangs (a child that never ends, as a git on a hung disk); every other command is the real git."""
+    real = shutil.which("git")
+    assert real is not None
+    directory = tmp_path / "hanging-git"
+    directory.mkdir()
+    script = directory / "git"
+    script.write_text(
+        "#!/bin/sh\n"
+        'for arg in "$@"; do\n'
+        f'  if [ "$arg" = add ]; then "{real}" "$@"; sleep 600; exit 0; fi\n'
+        "done\n"
+        f'exec "{real}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return directory
+
+
 def git_processes_of(job: Path) -> list[int]:
     """Live git processes working on ``job``'s baseline (found by their GIT_DIR)."""
     wanted = f"GIT_DIR={job.resolve() / '.baseline.git'}".encode()

@@ -29,10 +29,10 @@ import redis
 import structlog
 from dramatiq import Message
 
-from reducers.costs import cost_summary, expected_cost
+from reducers.costs import cost_summary, estimate_cost
 from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
-from runner.budget import UNSPENT_STATES, check_budget
+from runner.budget import check_budget
 from runner.entry import RunnerArgumentParser, add_task_flags, answer, task_flags
 from runner.errors import BadInputError, BrokerUnavailableError, ExitCode
 from runner.fleet.broker import (
@@ -198,14 +198,11 @@ def _leave_no_heartbeat(client: redis.Redis, keys: Keys, broker: Any) -> None:
 
 
 def history_estimate(client: redis.Redis, keys: Keys, model: str | None, tags: list[str]) -> dict[str, Any]:
-    """The expected cost of one attempt of each of ``tags``, from every suite's priced attempts in the
+    """The expected cost of one attempt per entry of ``tags``, from every suite's priced attempts in the
     ledger (of ``model`` only, when the submit names one; otherwise of any)."""
-    history = []
-    for name in sorted(raw.decode() for raw in client.smembers(keys.suites)):
-        history += [(row.tag, row.cost_usd) for row in SuiteLedger(client, keys, name).rows()
-                    if row.kind == "task" and row.cost_usd is not None and row.state not in UNSPENT_STATES
-                    and (model is None or row.model == model)]
-    return {"model": model, **expected_cost(history, tags)}
+    history = [(row.tag, row) for name in sorted(raw.decode() for raw in client.smembers(keys.suites))
+               for row in SuiteLedger(client, keys, name).rows() if row.kind == "task"]
+    return estimate_cost(history, tags, model=model)
 
 
 def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:

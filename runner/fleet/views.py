@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import redis
 
+from reducers.costs import BudgetFigures
 from reducers.models import Phase
 from reducers.outcome import FINISHED_STATES
 from runner.fleet.broker import Keys, connect_redis
+from runner.fleet.budget import FleetBudget
 from runner.fleet.ledger import LedgerRow, SuiteLedger, TaskState
 from runner.views.model import TIMED_PHASES, HealthReport, HostCheck, TaskRow
 
@@ -46,10 +48,15 @@ def suite_rows(client: redis.Redis, keys: Keys, suites: list[str] | None = None)
     return [task_row(suite, row) for suite in names for row in SuiteLedger(client, keys, suite).rows()]
 
 
-def rows_from_broker(broker_url: str, suite: str, namespace: str) -> list[TaskRow]:
+def suite_from_broker(broker_url: str, suite: str, namespace: str) -> tuple[list[TaskRow], BudgetFigures | None]:
+    """A suite's rows and, when it has one, its budget with what its running tasks have spent so far."""
     client = connect_redis(broker_url)
     try:
-        return suite_rows(client, Keys(namespace), [suite])
+        keys = Keys(namespace)
+        budget = FleetBudget(client, keys, ttl=0)
+        limit = budget.limit(suite)
+        figures = BudgetFigures(limit_usd=limit, running_usd=budget.running_usd(suite)) if limit is not None else None
+        return suite_rows(client, keys, [suite]), figures
     finally:
         client.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from reducers.costs import BudgetFigures
 from runner.views.model import HealthReport, TaskRow, TaskState
 from runner.views.public import public_document
 from runner.views.stats import summarize, tag_summaries
@@ -63,11 +64,12 @@ def _str_keys(mapping: dict[int, float]) -> dict[str, float]:
 
 
 def suite_document(
-    title: str, rows: list[TaskRow], private_texts: list[str], *, health: HealthReport | None = None
+    title: str, rows: list[TaskRow], private_texts: list[str], *, health: HealthReport | None = None,
+    budget: BudgetFigures | None = None,
 ) -> dict[str, Any]:
     """The public document of a suite (or a batch): totals, per-tag pass@k, one entry per task."""
     rows = sorted(rows, key=lambda row: row.key)
-    summary = summarize(rows)
+    summary = summarize(rows, budget=budget)
     document = {
         "title": title,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),

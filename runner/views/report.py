@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from reducers.costs import BudgetFigures
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
 from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
@@ -48,6 +49,18 @@ def _cost_rows(doc: dict[str, Any]) -> list[list[str]]:
     cost = doc["summary"]["cost"]
     return [[fmt_dollars(cost["total_usd"]), fmt_dollars(cost["per_task_usd"]), fmt_dollars(cost["per_resolved_usd"]),
              str(cost["tasks_priced"]), str(cost["tasks_cost_unknown"])]]
+
+
+BUDGET_HEADERS = ["budget", "spent", "left", "skipped (budget)"]
+
+
+def _budget_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The suite budget's spent and left, when the suite has one (none: no row, no table)."""
+    cost = doc["summary"]["cost"]
+    if "budget_usd" not in cost:
+        return []
+    return [[fmt_dollars(cost["budget_usd"]), fmt_dollars(cost["spent_usd"]), fmt_dollars(cost["left_usd"]),
+             str(cost["skipped_budget"])]]
 
 
 def _cost_tag_rows(doc: dict[str, Any]) -> list[list[str]]:
@@ -90,6 +103,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + stacked_bars("tokens", token_rows, TOKEN_SEGMENTS, value_text=lambda v: f"{v:,.0f}")
         + "<h2>Cost</h2>"
         + table(COST_HEADERS, _cost_rows(doc), css_class="cost")
+        + (table(BUDGET_HEADERS, _budget_rows(doc), css_class="budget") if _budget_rows(doc) else "")
         + table(["tag", "cost"], _cost_tag_rows(doc), css_class="cost-per-tag")
         + unreadable_section(doc)
         + "<h2>Tasks</h2>"
@@ -130,6 +144,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
                          fmt_dollars(r.get("cost_usd"))] for r in doc["rows"]])
     lines += ["## Cost", ""]
     lines += _md_table(COST_HEADERS, _cost_rows(doc))
+    if _budget_rows(doc):
+        lines += _md_table(BUDGET_HEADERS, _budget_rows(doc))
     if _cost_tag_rows(doc):
         lines += _md_table(["tag", "cost"], _cost_tag_rows(doc))
     if unreadable_rows(doc):
@@ -138,6 +154,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def build_report(rows: list[TaskRow], *, title: str, output_format: str, private_texts: list[str]) -> str:
-    doc = suite_document(title, rows, private_texts)
+def build_report(rows: list[TaskRow], *, title: str, output_format: str, private_texts: list[str],
+                 budget: BudgetFigures | None = None) -> str:
+    doc = suite_document(title, rows, private_texts, budget=budget)
     return render_markdown(doc) if output_format == "markdown" else render_html(doc)

@@ -17,7 +17,9 @@ from pathlib import Path
 import structlog
 from pydantic import ValidationError
 
+from reducers.costs import BudgetFigures
 from reducers.outcome import FINISHED_STATES, TaskState
+from runner.budget import MAX_BUDGET_USD
 from runner.bounded_read import Unreadable, UnreadableFileError, iter_bounded_lines, parse_json_bounded, read_bounded_json
 from runner.errors import BadInputError
 from runner.ledger import (
@@ -89,6 +91,7 @@ class _Entries:
 
     def __init__(self) -> None:
         self.by_key: dict[tuple[str, str], tuple[str, LedgerRow | _Refused]] = {}
+        self.budget: BudgetFigures | None = None
 
     def refuse(self, where: str, unreadable: Unreadable, identity: tuple[str, int] | None = None,
                attempt: int | None = None) -> None:
@@ -118,8 +121,18 @@ def _read_snapshot(jobs_dir: Path, entries: _Entries) -> None:
     if not isinstance(rows, list):
         entries.refuse(LEDGER_JSON, Unreadable.INVALID_LEDGER)
         return
+    entries.budget = _snapshot_budget(document)
     for number, raw in enumerate(rows, 1):
         entries.take(raw, f"ledger-row-{number}")
+
+
+def _snapshot_budget(document: dict[str, object]) -> BudgetFigures | None:
+    """The last batch's ``--suite-budget-usd``, as its ledger wrote it (anything else: no budget shown)."""
+    cost = document.get("cost")
+    limit = cost.get("budget_usd") if isinstance(cost, dict) else None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= MAX_BUDGET_USD:
+        return None
+    return BudgetFigures(limit_usd=float(limit))
 
 
 def _replay_journal(jobs_dir: Path, entries: _Entries) -> None:
@@ -147,8 +160,18 @@ def _replay_journal(jobs_dir: Path, entries: _Entries) -> None:
         entries.refuse(LEDGER_JOURNAL, e.unreadable)
 
 
+@dataclass(frozen=True)
+class LocalSuite:
+    rows: list[TaskRow]
+    budget: BudgetFigures | None  # the batch's suite budget, when its last run had one
+
+
 def rows_from_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> list[TaskRow]:
-    """One row per task of a local batch, from ``DIR/run-ledger.json`` and its journal.
+    return read_jobs_dir(jobs_dir, suite=suite).rows
+
+
+def read_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> LocalSuite:
+    """One row per task of a local batch, from ``DIR/run-ledger.json`` and its journal, and its budget.
 
     A file or a row that cannot be used is one row in state ``unreadable`` (its reason in
     ``TaskRow.unreadable``); the other rows stand.
@@ -166,4 +189,4 @@ def rows_from_jobs_dir(jobs_dir: Path, *, suite: str = LOCAL_SUITE) -> list[Task
         _task_row(entry, suite, where) if isinstance(entry, LedgerRow) else _unreadable_row(suite, entry)
         for where, entry in entries.by_key.values()
     ]
-    return sorted(rows, key=lambda r: r.key)
+    return LocalSuite(rows=sorted(rows, key=lambda r: r.key), budget=entries.budget)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from reducers.costs import cost_summary
+from reducers.costs import BudgetFigures, cost_summary
 from reducers.models import Frozen
 
 from reducers.passk import attempt_counts, pass_at_table, suite_pass_at
@@ -63,7 +63,8 @@ def tag_summaries(rows: list[TaskRow]) -> list[TagSummary]:
     ]
 
 
-def summarize(rows: list[TaskRow]) -> SuiteSummary:
+def summarize(rows: list[TaskRow], *, budget: BudgetFigures | None = None) -> SuiteSummary:
+    """``budget``: the suite's, when it has one, so the cost says what is spent and left of it."""
     finished = [row for row in rows if row.state in FINISHED_STATES]
     resolved = sum(1 for row in finished if row.resolved)
     infra = sum(1 for row in finished if _is_infra(row))
@@ -85,7 +86,9 @@ def summarize(rows: list[TaskRow]) -> SuiteSummary:
         resolved_rate=resolved / len(finished) if finished else None,
         resolved_rate_excluding_infra=resolved / n_scored if (n_scored := sum(1 for row in finished if scored(row))) else None,
         tokens=tokens,
-        cost=cost_summary((row.tag, row) for row in rows if row.kind == "task"),
+        cost=cost_summary(((row.tag, row) for row in rows if row.kind == "task"),
+                          budget_usd=budget.limit_usd if budget else None,
+                          running_usd=budget.running_usd if budget else 0.0),
         failure_labels=labels.most_common(),
         pass_at=pass_at,
         rate_by_attempt={

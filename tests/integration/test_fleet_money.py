@@ -17,7 +17,7 @@ from runner.canary.model_server import KEY_VARIABLE, ScriptedModel, message, tur
 from runner.canary.run import fix_call
 from runner.fleet.broker import Keys
 from runner.fleet.budget import FleetBudget
-from tests.conftest import log_events
+from tests.conftest import log_events, run_cli
 from tests.fleet_support import Fleet
 from tests.integration.test_real_codex import COST_PER_RESPONSE, SCRIPTED_CARD, real_codex  # noqa: F401 (a fixture)
 
@@ -68,6 +68,11 @@ def test_two_workers_start_only_what_the_budget_covers_and_a_larger_one_finishes
         assert cost["left_usd"] == pytest.approx(0.5 * PER_TASK) and cost["skipped_budget"] == 3
         assert cost["per_resolved_usd"] == pytest.approx(PER_TASK)
         assert "## Cost" in fleet.status("--suite", "money", "--format", "markdown").stdout
+        report = run_cli("report", "--suite", "money", "--broker", fleet.url, "--namespace", fleet.namespace,
+                         "--format", "markdown", "--out", str(tmp_path / "suite.md"))
+        assert report.returncode == 0, report.stderr[-2000:]
+        assert f"| ${3.5 * PER_TASK:.4f} | ${3 * PER_TASK:.4f} | ${0.5 * PER_TASK:.4f} | 3 |" in \
+            (tmp_path / "suite.md").read_text(), "the suite report shows the budget's spent and left"
         first = {key: rows[key]["finished_at"] for key in done_keys}
 
         again = fleet.submit("money", *_tags(TAGS), "--codex-timeout=120", f"--suite-budget-usd={7 * PER_TASK}")
@@ -95,9 +100,10 @@ def test_two_workers_start_only_what_the_budget_covers_and_a_larger_one_finishes
     report = json.loads(dry.stdout)
     assert report["dry_run"] is True and report["queued"] == 4
     estimate = report["estimate"]
-    assert estimate["units"] == 4 and estimate["history_attempts"] == 6 and estimate["units_with_tag_history"] == 2
+    assert estimate["units"] == 4 and estimate["tags"] == 2 and estimate["attempts_in_history"] == 6
+    assert estimate["tags_with_own_history"] == 1 and estimate["known"] is True
     assert estimate["expected_usd"] == pytest.approx(4 * PER_TASK)
-    assert estimate["min_usd"] == pytest.approx(4 * PER_TASK) and estimate["max_usd"] == pytest.approx(4 * PER_TASK)
+    assert estimate["low_usd"] == pytest.approx(4 * PER_TASK) and estimate["high_usd"] == pytest.approx(4 * PER_TASK)
     assert "next" not in fleet.status().stdout, "a dry run writes nothing"
     assert fleet.client.llen(f"{fleet.namespace}:dq:runner") == 0
     raised = json.loads(fleet.submit("money", *_tags(TAGS), f"--suite-budget-usd={8 * PER_TASK}", "--dry-run").stdout)
@@ -106,4 +112,4 @@ def test_two_workers_start_only_what_the_budget_covers_and_a_larger_one_finishes
                                             "spent_usd": pytest.approx(6 * PER_TASK), "left_usd": pytest.approx(2 * PER_TASK)}
     assert FleetBudget(fleet.client, Keys(fleet.namespace), ttl=0).limit("money") == pytest.approx(7 * PER_TASK)
     other_model = json.loads(fleet.submit("next", "--tag", "t_new", "--model", "another-model", "--dry-run").stdout)
-    assert other_model["estimate"]["expected_usd"] is None and other_model["estimate"]["history_attempts"] == 0
+    assert other_model["estimate"]["expected_usd"] is None and other_model["estimate"]["attempts_in_history"] == 0

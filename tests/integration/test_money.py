@@ -69,6 +69,14 @@ def test_a_suite_budget_starts_exactly_the_tasks_that_fit_and_a_rerun_finishes_t
     ledger_md = (jobs / "run-ledger.md").read_text()
     assert "- budget: $0.0022" in ledger_md and "left $0.0003" in ledger_md
     first = {tag: (jobs / tag / "result-markers" / "codex.json").read_bytes() for tag in ran}
+    # the report says what the budget has spent and left, as the ledger does
+    assert run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "budget.md"), "--format",
+                   "markdown").returncode == 0
+    budget_row = f"| ${3.5 * PER_TASK:.4f} | ${3 * PER_TASK:.4f} | ${0.5 * PER_TASK:.4f} | 3 |"
+    assert "| budget | spent | left | skipped (budget) |" in (tmp_path / "budget.md").read_text()
+    assert budget_row in (tmp_path / "budget.md").read_text()
+    assert run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "budget.html")).returncode == 0
+    assert 'class="budget"' in (tmp_path / "budget.html").read_text()
 
     # the plan (no mode) prices what is left from the ledger's history, and runs nothing
     plan = run_cli("--jobs-dir", str(jobs), *[arg for tag in TAGS for arg in ("--tag", tag)], "--image", stub_image)
@@ -99,6 +107,7 @@ def test_a_suite_budget_starts_exactly_the_tasks_that_fit_and_a_rerun_finishes_t
     assert all(f"| {tag} | {each} |" in text for tag in TAGS)
     html = run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "report.html"))
     assert html.returncode == 0 and total in (tmp_path / "report.html").read_text()
+    assert f"| ${7 * PER_TASK:.4f} | {total} | {each} | 0 |" in text  # the larger budget, 6 spent
 
 
 def test_with_two_workers_the_budget_still_starts_only_what_fits(tmp_path: Path, stub_image: str, real_codex: Path) -> None:  # noqa: F811

@@ -14,8 +14,6 @@ the rerun does the phase again and completes.
 from __future__ import annotations
 
 import os
-import stat
-import shutil
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from runner.jobroot import written_run
 from tests.conftest import (
     FAKE_CODEX,
     git_processes_of,
+    hanging_git_dir,
     log_events,
     make_job_root,
     read_json,
@@ -92,28 +91,10 @@ def test_a_hung_archive_stream_ends_at_the_extract_deadline(
     assert read_json(job / "result-markers" / "baseline.json")["status"] == "ok"
 
 
-def _hanging_git(tmp_path: Path) -> Path:
-    """A ``git`` earlier on PATH: ``git add`` starts the real one and then hangs (a child that
-    never ends, as a git on a hung disk); every other command is the real git."""
-    real = shutil.which("git")
-    assert real is not None
-    directory = tmp_path / "hanging-git"
-    directory.mkdir()
-    script = directory / "git"
-    script.write_text(
-        "#!/bin/sh\n"
-        'for arg in "$@"; do\n'
-        f'  if [ "$arg" = add ]; then "{real}" "$@"; sleep 600; exit 0; fi\n'
-        "done\n"
-        f'exec "{real}" "$@"\n'
-    )
-    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return directory
-
 
 def test_a_hung_git_ends_at_the_baseline_deadline(tmp_path: Path, stub_image: str, docker_client) -> None:
     job = make_job_root(tmp_path)
-    path = f"{_hanging_git(tmp_path)}{os.pathsep}{os.environ.get('PATH', '')}"
+    path = f"{hanging_git_dir(tmp_path)}{os.pathsep}{os.environ.get('PATH', '')}"
     started = time.monotonic()
     done = run_cli("--execute", *stub_args(job, stub_image, "--extract-timeout", str(DEADLINE)),
                    env={"PATH": path}, timeout=120)

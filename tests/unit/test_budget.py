@@ -1,5 +1,5 @@
 """The suite budget's one rule (``runner.budget.admit``), shared by the batch and the fleet, and the
-dry run's estimate (``reducers.costs.expected_cost``)."""
+dry run's estimate (``reducers.costs.estimate_cost``, the plan mode's too)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reducers.costs import cost_summary, expected_cost
+from reducers.costs import cost_summary, estimate_cost
 from reducers.outcome import TaskFacts, TaskState
 from runner.budget import SuiteBudget, admit, check_budget, spent_costs
 from runner.errors import BadInputError
@@ -70,10 +70,16 @@ def test_spent_counts_the_running_tasks_live_usage() -> None:
 
 
 def test_the_estimate_takes_a_tag_s_own_history_else_every_attempt_s() -> None:
-    history = [("a", 1.0), ("a", 3.0), ("b", 4.0)]
-    estimate = expected_cost(history, ["a", "c"])
+    def done(cost: float) -> TaskFacts:
+        return TaskFacts(state=TaskState.DONE, cost_usd=cost, resolved=False)
+
+    history = [("a", done(1.0)), ("a", done(3.0)), ("b", done(4.0)),
+               ("b", TaskFacts(state=TaskState.RUNNING, cost_usd=100.0))]  # running: not yet the suite's cost
+    estimate = estimate_cost(history, ["a", "c"])
     assert estimate["expected_usd"] == pytest.approx(2.0 + 8 / 3)  # a: its mean; c: the mean of all
-    assert estimate["min_usd"] == pytest.approx(1.0 + 1.0) and estimate["max_usd"] == pytest.approx(3.0 + 4.0)
-    assert estimate["units"] == 2 and estimate["units_with_tag_history"] == 1 and estimate["history_attempts"] == 3
-    unknown = expected_cost([], ["a"])
-    assert unknown["expected_usd"] is None and unknown["min_usd"] is None and unknown["units"] == 1
+    assert estimate["low_usd"] == pytest.approx(1.0 + 1.0) and estimate["high_usd"] == pytest.approx(3.0 + 4.0)
+    assert estimate["units"] == 2 and estimate["tags_with_own_history"] == 1 and estimate["attempts_in_history"] == 3
+    twice = estimate_cost(history, ["a", "a", "c"])  # the dry run's way: one entry per attempt it would queue
+    assert twice["units"] == 3 and twice["tags"] == 2 and twice["expected_usd"] == pytest.approx(4.0 + 8 / 3)
+    unknown = estimate_cost([], ["a"])
+    assert unknown["expected_usd"] is None and unknown["low_usd"] is None and unknown["units"] == 1

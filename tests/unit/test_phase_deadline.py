@@ -5,7 +5,6 @@ a ``git`` earlier on PATH, since a real one cannot hang on demand)."""
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from runner.errors import ExitCode, PhaseTimeoutError, UnsafeArchiveError
 from runner.jobroot import JobRoot
 from runner.phases.baseline import baseline
 from runner.tasks.spec import load_settings
-from tests.conftest import git_processes_of
+from tests.conftest import git_processes_of, hanging_git_dir
 
 
 def test_the_watchdog_wakes_a_blocked_read_and_the_error_names_the_phase() -> None:
@@ -63,22 +62,6 @@ def test_an_interrupt_past_the_deadline_stays_an_interrupt() -> None:
             raise KeyboardInterrupt
 
 
-def _hanging_git(tmp_path: Path) -> Path:
-    real = shutil.which("git")
-    assert real is not None
-    directory = tmp_path / "bin"
-    directory.mkdir()
-    script = directory / "git"
-    script.write_text(
-        "#!/bin/sh\n"
-        'for arg in "$@"; do\n'
-        f'  if [ "$arg" = add ]; then "{real}" "$@"; sleep 600; exit 0; fi\n'
-        "done\n"
-        f'exec "{real}" "$@"\n'
-    )
-    script.chmod(0o755)
-    return directory
-
 
 def _ctx(tmp_path: Path, files: int = 50) -> JobContext:
     job = JobRoot.at(tmp_path / "job", "demo_1")
@@ -90,7 +73,7 @@ def _ctx(tmp_path: Path, files: int = 50) -> JobContext:
 
 
 def test_a_hung_git_add_is_killed_at_the_baseline_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", f"{_hanging_git(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{hanging_git_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     ctx = _ctx(tmp_path)
     started = time.monotonic()
     with pytest.raises(PhaseTimeoutError) as caught:

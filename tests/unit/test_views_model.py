@@ -179,3 +179,29 @@ def test_the_document_and_the_report_carry_the_ledgers_cost_summary() -> None:
     assert "| $0.7500 | $0.3750 | $0.7500 | 2 | 1 |" in markdown and "| t_a | $0.5000 |" in markdown
     html = render_html(document)
     assert "<td>$0.7500</td><td>$0.3750</td><td>$0.7500</td>" in html and 'data-card="cost"' in html
+
+
+@pytest.mark.parametrize("written, shown", [
+    (2.5, 2.5), (3, 3.0), ("2.5", None), (True, None), (-1, None), (1e12, None), (None, None),
+])
+def test_a_batch_s_budget_is_read_from_its_ledger_only_when_it_is_a_budget(
+    tmp_path: Path, written: object, shown: float | None
+) -> None:
+    """The report shows the last batch's budget as its ledger wrote it; anything else shows none, and
+    the rows still stand (a damaged cost block never hides the suite)."""
+    import json
+
+    from runner.views.sources import read_jobs_dir
+
+    batch = make_batch(tmp_path / "jobs", {"t0_resolved": "resolved"})
+    ledger = batch.jobs_dir / "run-ledger.json"
+    document = json.loads(ledger.read_text())
+    document["cost"] = {"budget_usd": written}
+    ledger.write_text(json.dumps(document))
+    local = read_jobs_dir(batch.jobs_dir)
+    assert [row.tag for row in local.rows] == ["t0_resolved"]
+    assert (local.budget.limit_usd if local.budget else None) == shown
+    cost = summarize(local.rows, budget=local.budget).cost
+    assert ("budget_usd" in cost) is (shown is not None)
+    if shown is not None:
+        assert cost["left_usd"] == pytest.approx(shown - cost["total_usd"])
