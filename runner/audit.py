@@ -39,11 +39,11 @@ from requests.exceptions import RequestException
 from runner.atomic import open_private, write_bytes_atomic
 from runner.tags import read_tags_file, unique_tags
 from runner.context import new_run_id
+from runner.images import task_image
 from runner.docker_utils import (
     LABEL_PHASE,
     NO_LOG_DRIVER,
     connect,
-    ensure_image,
     image_identity,
     managed_container,
     pumping_output,
@@ -245,7 +245,7 @@ def audit_tag(settings: RunnerSettings, client: docker.DockerClient, logs: Path)
     refusal = profile.refusal if profile else None
     if refusal and not settings.allow_unscorable:  # the profile alone decides: no image needed
         return row(PROFILE_REFUSAL_LABELS.get(refusal, "layout_unsupported"), f"profile: {refusal}")
-    image_id, _digest = image_identity(ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull))
+    image_id, _digest = image_identity(task_image(client, settings))
     base["image_id"] = image_id
     labels = runner_labels(job_id=f"audit-{settings.tag}"[:64], run_id=new_run_id(), phase="audit")
     layout = layout_refusal(client, settings, image_id, labels)

@@ -30,7 +30,10 @@ import structlog
 from reducers.outcome import TaskState, task_facts
 from runner.audit import read_audit_labels
 from runner.budget import SuiteBudget, check_budget, spent_costs
-from runner.errors import BadInputError, ExitCode, REFUSALS
+from runner.disk_policy import DiskPolicy
+from runner.docker_utils import connect
+from runner.errors import BadInputError, DockerUnavailableError, ExitCode, REFUSALS
+from runner.images import pin_names
 from runner.jobroot import JobRoot
 from runner.journal import default_state_dir, evaluated
 from runner.ledger import LedgerRow, RunLedger, row_key
@@ -39,7 +42,7 @@ from runner.public import private_texts_for
 from runner.lock import job_root_lock
 from runner.tags import check_attempts
 from runner.tasks.protocol import TaskRequest
-from runner.tasks.spec import HostSettings, TaskSpec, ensure_dir
+from runner.tasks.spec import HostSettings, TaskSpec, ensure_dir, resolve
 from runner.tasks.supervisor import TaskEnd, TaskProcesses, run_task
 
 log = structlog.get_logger(__name__)
@@ -185,10 +188,12 @@ def _run_one(
     logs_dir: Path,
     children: TaskProcesses,
     on_phase: Callable[[str], None],
+    pin: str | None,
 ) -> tuple[TaskEnd, float]:
     started = time.monotonic()
     seed_prompt(unit)
-    request = TaskRequest(spec=template.for_tag(unit.tag), job_root=unit.job_root, attempt=unit.attempt, host=host)
+    spec = template.for_tag(unit.tag).pinned(pin)
+    request = TaskRequest(spec=spec, job_root=unit.job_root, attempt=unit.attempt, host=host)
     end = run_task(request, logs_dir / unit.log_name, children, on_phase)
     return end, time.monotonic() - started
 
@@ -203,11 +208,14 @@ def run_batch(
     *,
     attempts: int = 1,
     suite_budget_usd: float | None = None,
+    disk: DiskPolicy = DiskPolicy(),
 ) -> BatchSummary:
     """Run every tag (or attempt) not yet evaluated, ``workers`` at a time; the ledger after each.
 
-    ``template``: the operator's settings; each tag gets them as its own spec (``for_tag``).
+    ``template``: the operator's settings; each tag gets them as its own spec (``for_tag``), on
+    the image its name meant when the batch started (``runner.images.pin_names``).
     ``suite_budget_usd``: no task starts once the suite's spending would pass it (``runner.budget``).
+    ``disk``: what a finished task may leave behind (its tree, the images pulled for it).
 
     Raises:
         BadInputError: bad ``workers``, ``attempts`` or jobs directory, or another batch holds it.
@@ -215,12 +223,12 @@ def run_batch(
     jobs_dir = ensure_dir(jobs_dir, "--jobs-dir")
     check_attempts(attempts)
     return run_units(template, host, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress,
-                     suite_budget_usd=suite_budget_usd)
+                     suite_budget_usd=suite_budget_usd, disk=disk)
 
 
 def run_attempts(
     spec: TaskSpec, host: HostSettings, job_root: Path, attempts: int, workers: int, progress: Progress,
-    *, suite_budget_usd: float | None = None,
+    *, suite_budget_usd: float | None = None, disk: DiskPolicy = DiskPolicy(),
 ) -> BatchSummary:
     """``--execute --job-root J --attempts K``: K attempts of the one tag, at ``J/attempt-<i>``, ledger at ``J``.
 
@@ -229,7 +237,7 @@ def run_attempts(
     """
     job_root = ensure_dir(job_root, "--job-root")
     units = attempt_units([spec.tag], check_attempts(attempts), lambda _tag: job_root)
-    return run_units(spec, host, units, job_root, workers, progress, suite_budget_usd=suite_budget_usd)
+    return run_units(spec, host, units, job_root, workers, progress, suite_budget_usd=suite_budget_usd, disk=disk)
 
 
 def run_units(
@@ -241,6 +249,7 @@ def run_units(
     progress: Progress,
     *,
     suite_budget_usd: float | None = None,
+    disk: DiskPolicy = DiskPolicy(),
 ) -> BatchSummary:
     """Each unit in its own process, ``workers`` at a time; one ledger (and one lock) in ``ledger_dir``."""
     if workers < 1 or workers > 64:
@@ -248,12 +257,40 @@ def run_units(
     check_budget(suite_budget_usd)
     load_rate_card(host.rate_card)  # a bad card is refused before any task, not by each
     with job_root_lock(ledger_dir, name=BATCH_LOCK, what="batch"):
-        return _run_locked(template, host, units, ledger_dir, workers, progress, suite_budget_usd)
+        return _run_locked(template, host, units, ledger_dir, workers, progress, suite_budget_usd, disk)
+
+
+def _pins(template: TaskSpec, host: HostSettings, units: list[Unit]) -> dict[str, str]:
+    """Each tag's image pinned once, at the batch's start (nothing to run, or no daemon: none)."""
+    names = {tag: resolve(template.for_tag(tag), host).image_name for tag in sorted({unit.tag for unit in units})}
+    if not names:
+        return {}
+    try:
+        client = connect()
+    except DockerUnavailableError:
+        return {}  # each task's precheck says so, in its own files
+    try:
+        return {tag: pin.ref for tag, pin in pin_names(client, names, allow_pull=host.allow_pull).items()}
+    finally:
+        client.close()
+
+
+def _evict(disk: DiskPolicy, state_dir: Path, needed: set[str]) -> None:
+    if disk.image_budget_gb is None:
+        return
+    try:
+        client = connect()
+    except DockerUnavailableError:
+        return
+    try:
+        disk.evict(client, state_dir, needed)
+    finally:
+        client.close()
 
 
 def _run_locked(
     template: TaskSpec, host: HostSettings, units: list[Unit], jobs_dir: Path, workers: int, progress: Progress,
-    suite_budget_usd: float | None,
+    suite_budget_usd: float | None, disk: DiskPolicy,
 ) -> BatchSummary:
     ledger = RunLedger(jobs_dir, private_texts_for(jobs_dir))
     ledger.budget_usd = suite_budget_usd
@@ -268,6 +305,8 @@ def _run_locked(
         if unit not in todo:
             progress.skipped(unit.name)
     budget = _budget(ledger, todo, suite_budget_usd)
+    pins = _pins(template, host, todo)
+    unfinished = {unit.name: unit for unit in todo}  # what the images still needed are the images of
     warned_unpriced = threading.Event()
     ran: list[LedgerRow] = []
     started = time.monotonic()
@@ -288,13 +327,18 @@ def _run_locked(
             except (OSError, *REFUSALS) as e:  # the ledger could not be written: the task's own files stand
                 log.error("ledger_not_written", task=unit.name, error_type=type(e).__name__)
             ran.append(row)
+            unfinished.pop(unit.name, None)
+            needed = {pins.get(u.tag) or resolve(template.for_tag(u.tag), host).image_name for u in unfinished.values()}
         progress.finished(row)
+        disk.after_task(JobRoot.at(unit.job_root, unit.tag), row)
+        _evict(disk, state_dir, needed)
 
     def run_unit(unit: Unit) -> None:
         progress.started(unit.name)
         try:
             end, wall = _run_one(
-                template, host, unit, jobs_dir / BATCH_LOGS, children, lambda phase: progress.phase(unit.name, phase)
+                template, host, unit, jobs_dir / BATCH_LOGS, children, lambda phase: progress.phase(unit.name, phase),
+                pins.get(unit.tag),
             )
         except OSError as e:  # the task could not even start (no space for its log, say)
             log.error("task_not_started", task=unit.name, error_type=type(e).__name__)

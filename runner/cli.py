@@ -29,9 +29,11 @@ from runner.docker_utils import connect, runner_labels, sweep_strays
 from runner.entry import (
     COMMANDS,
     RunnerArgumentParser,
+    add_disk_flags,
     add_host_flags,
     add_task_flags,
     commands_help,
+    disk_policy,
     host_flags,
     refused,
     render,
@@ -81,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache", choices=["list", "prune"],
         help="the host's extraction cache: list its entries, or prune it to --cache-max-gb",
     )
+    mode.add_argument(
+        "--images", choices=["list", "prune"],
+        help="the images the runner pulled on this host: list them (name, digest, size, last use), or prune "
+        "them to --image-budget-gb (default 0: all of them; never one a container uses)",
+    )
     where = parser.add_argument_group("where, and how many")
     where.add_argument("--job-root", type=Path, help="private job root (env JOB_ROOT)")
     where.add_argument(
@@ -101,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "running ones' so far) would pass this; the rest end skipped_budget, and a rerun with a larger budget "
         "takes them",
     )
+    add_disk_flags(where)
     add_task_flags(parser, many_tags=False)
     add_host_flags(parser)
     call = parser.add_argument_group("this call")
@@ -144,7 +152,7 @@ def _operator(args: argparse.Namespace) -> OperatorInput:
 
 
 def _mode(args: argparse.Namespace, precheck_only: bool) -> str:
-    for name in ("precheck", "execute", "reduce", "sweep", "list_tags", "cache"):
+    for name in ("precheck", "execute", "reduce", "sweep", "list_tags", "cache", "images"):
         if getattr(args, name):
             return name
     return "precheck" if precheck_only else "plan"
@@ -218,7 +226,8 @@ def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str,
             raise KeyboardInterrupt("signal before start")
         with progress_for(len(tags)) as progress:
             summary = run_batch(operator.spec, operator.host, tags, args.jobs_dir, args.workers or 1, progress,
-                                attempts=args.attempts or 1, suite_budget_usd=args.suite_budget_usd)
+                                attempts=args.attempts or 1, suite_budget_usd=args.suite_budget_usd,
+                                disk=disk_policy(args))
     except KeyboardInterrupt:  # before any task started: still a summary, and 130
         summary = BatchSummary.not_started(len(tags))
     return summary.report(), summary.exit_code
@@ -232,7 +241,7 @@ def _attempts(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[s
             raise KeyboardInterrupt("signal before start")
         with progress_for(args.attempts) as progress:
             summary = run_attempts(operator.spec, operator.host, operator.job_root, args.attempts, args.workers or 1,
-                                   progress, suite_budget_usd=args.suite_budget_usd)
+                                   progress, suite_budget_usd=args.suite_budget_usd, disk=disk_policy(args))
     except KeyboardInterrupt:
         summary = BatchSummary.not_started(1)
     report = summary.report()
@@ -288,6 +297,25 @@ def _cache(settings: RunnerSettings, action: str) -> tuple[dict[str, Any], int]:
     return report, ExitCode.COMPLETED
 
 
+def _images(settings: RunnerSettings, action: str, budget_gb: float | None) -> tuple[dict[str, Any], int]:
+    """List or prune the images the runner pulled here: names, digests, sizes, last use (no host path)."""
+    from runner.disk_policy import check_image_budget
+    from runner.images import PulledImages, gigabytes, images_report
+
+    state_dir = settings.state_dir or default_state_dir()
+    removed: list[str] = []
+    if action == "prune":
+        client = connect()
+        try:
+            limit = 0 if budget_gb is None else gigabytes(check_image_budget(budget_gb))
+            removed = [entry.name for entry in PulledImages(state_dir).evict(client, limit)]
+        finally:
+            client.close()
+    images = images_report(state_dir)
+    return {"mode": "images", "action": action, "count": len(images), "total_bytes": sum(i["size_bytes"] for i in images),
+            "images": images, "removed": removed}, ExitCode.COMPLETED
+
+
 def _list_tags(_settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     rows = list_tags()
     return {"mode": "list-tags", "count": len(rows), "tags": rows}, ExitCode.COMPLETED
@@ -313,6 +341,10 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         return run_canary(operator.settings())
     if args.suite_budget_usd is not None and not (_is_batch(args) or _is_attempts(args)):
         raise BadInputError("--suite-budget-usd goes with a batch (--jobs-dir) or --attempts (or with submit)")
+    if (args.keep_trees is not None or args.image_budget_gb is not None) and mode != "images" \
+            and not (_is_batch(args) or _is_attempts(args)):
+        raise BadInputError("--keep-trees and --image-budget-gb go with a batch (--jobs-dir) or --attempts "
+                            "(or with worker); --image-budget-gb also with --images prune")
     if _is_batch(args) and mode == "plan":
         return _batch_plan(args, operator)
     if _is_batch(args):
@@ -326,6 +358,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         return build_plan(settings), ExitCode.COMPLETED
     if mode == "cache":
         return _cache(settings, args.cache)
+    if mode == "images":
+        return _images(settings, args.images, args.image_budget_gb)
     return MODES[mode](settings)
 
 

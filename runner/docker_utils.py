@@ -31,7 +31,7 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
 from urllib3.exceptions import ProtocolError
 
-from runner.errors import DockerUnavailableError, EnvironmentNotReadyError, ImageMissingError
+from runner.errors import DockerUnavailableError, ImageMissingError
 from runner.containment import signals
 from runner.containment.run_owner import Owner, current_owner
 
@@ -123,28 +123,6 @@ def connect(timeout: int = 30) -> docker.DockerClient:
     except DockerException as e:
         raise DockerUnavailableError(type(e).__name__) from e
     return client
-
-
-def ensure_image(client: docker.DockerClient, image: str, *, allow_pull: bool) -> Image:
-    """The local image, pulled only when the operator allowed it.
-
-    Raises:
-        ImageMissingError: absent locally and pulling not allowed.
-        EnvironmentNotReadyError: the pull itself failed.
-    """
-    try:
-        return client.images.get(image)
-    except ImageNotFound:
-        if not allow_pull:
-            raise ImageMissingError(image) from None
-    log.info("image_pull_started", image=image)
-    try:
-        return client.images.pull(image)
-    except DockerException as e:
-        raise EnvironmentNotReadyError(
-            f"pulling {image} failed ({type(e).__name__}); check the registry and the image name",
-            reason="image_pull_failed",
-        ) from e
 
 
 def image_present(client: docker.DockerClient, image: str) -> bool:
@@ -439,3 +417,51 @@ def pumping_output(container: Container, sink: Callable[[Any], None], *, demux: 
     stream.close()
     if sink_failures:
         raise sink_failures[0]
+
+
+# -- images: the primitives runner.images composes (pins, pulls, eviction) -------------------
+
+
+def local_image(client: docker.DockerClient, ref: str) -> Image | None:
+    """The local image ``ref`` names (a name, name@digest or an id), or None."""
+    try:
+        return client.images.get(ref)
+    except ImageNotFound:
+        return None
+
+
+def registry_digest(client: docker.DockerClient, name: str) -> str:
+    """The digest the registry serves for ``name`` now: the daemon asks it (distribution API), no pull.
+
+    Raises: docker.errors.APIError (the registry refused or cannot be reached), KeyError/TypeError (no digest).
+    """
+    return str(client.api.inspect_distribution(name)["Descriptor"]["digest"])
+
+
+@contextmanager
+def pull_stream(repository: str, tag: str | None, *, read_timeout: float) -> Iterator[Iterator[dict]]:
+    """The daemon's pull progress events, on a client of its own whose socket read times out after
+    ``read_timeout`` (requests' ReadTimeout): a pull that says nothing that long has stalled."""
+    api = docker.APIClient(timeout=max(1, int(read_timeout)), **docker.utils.kwargs_from_env())
+    try:
+        yield api.pull(repository, tag=tag, stream=True, decode=True)
+    finally:
+        api.close()
+
+
+def remove_image(client: docker.DockerClient, image_id: str) -> None:
+    """Remove one image (never forced: one a container uses stays, APIError 409).
+
+    Raises: ImageNotFound (already gone), docker.errors.APIError (in use, or the daemon refused).
+    """
+    client.images.remove(image_id, force=False, noprune=False)
+
+
+def image_own_bytes(client: docker.DockerClient) -> dict[str, int]:
+    """Each image's own bytes on disk (``docker system df``: its size less the layers it shares with
+    another image). Raises: DockerException."""
+    own = {}
+    for image in client.df().get("Images") or []:
+        size, shared = int(image.get("Size") or 0), int(image.get("SharedSize") or 0)
+        own[str(image.get("Id"))] = max(size - max(shared, 0), 0)
+    return own

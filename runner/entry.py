@@ -87,15 +87,20 @@ class RunnerArgumentParser(argparse.ArgumentParser):
 # -- the flags shared by the commands that take them ---------------------------------------------
 
 TASK_FLAG_FIELDS = (
-    "image", "codex_timeout", "extract_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
+    "image", "image_repository", "codex_timeout", "extract_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
     "model", "codex_profile", "allow_unscorable", "max_tokens", "max_cost_usd",
 )
 TASK_LIST_FIELDS = ("codex_config", "patch_exclude", "eval_probe")
-EVALUATION_FLAG_FIELDS = ("image", "allow_pull", "allow_unscorable", "eval_timeout", "eval_network", "source_dir",
+EVALUATION_FLAG_FIELDS = ("image", "image_repository", "allow_pull", "pull_timeout", "allow_unscorable", "eval_timeout", "eval_network", "source_dir",
                           "apply_cmd", "test_cmd")
+_REPOSITORY_HELP = ("the repository of the tags' images: REPO:<tag> (env RUNNER_IMAGE_REPOSITORY; default "
+                    "alfin06/agentissue-bench; a mirror, llmagents/agentissue-bench, a private registry's "
+                    "HOST:PORT/NAME); a profile's image tag spelling is kept, --image wins over it")
+_PULL_TIMEOUT_HELP = ("a pull that reports no progress for this long has stalled and fails as an infrastructure "
+                      "failure (env RUNNER_PULL_TIMEOUT; default 1800)")
 _PROBE_HELP = ("an endpoint the evaluation must reach, probed instead of the package index pypi.org:443 "
                "(repeatable: a mirror, a proxy; env RUNNER_EVAL_PROBE, comma-separated); recorded in the public results")
-HOST_FLAG_FIELDS = ("codex_bin", "codex_home", "allow_pull", "state_dir", "cache_dir", "cache_max_gb", "agent_user",
+HOST_FLAG_FIELDS = ("codex_bin", "codex_home", "allow_pull", "pull_timeout", "state_dir", "cache_dir", "cache_max_gb", "agent_user",
                     "rate_card")
 
 
@@ -105,6 +110,7 @@ def add_task_flags(parser: argparse.ArgumentParser, *, many_tags: bool) -> None:
     image_help = ("task image for every tag (default: the tag's profile's, else alfin06/agentissue-bench:<tag>)"
                   if many_tags else "task image (env IMAGE; default: the tag's profile's, else alfin06/agentissue-bench:<tag>)")
     group.add_argument("--image", help=image_help)
+    group.add_argument("--image-repository", metavar="REPO", help=_REPOSITORY_HELP)
     group.add_argument("--codex-timeout", type=float, metavar="SECONDS",
                        help="codex deadline (env RUNNER_CODEX_TIMEOUT; default 3600)")
     group.add_argument("--extract-timeout", type=float, metavar="SECONDS",
@@ -150,6 +156,7 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--codex-bin", help="codex executable (env CODEX_BIN; default codex)")
     group.add_argument("--codex-home", type=Path, help="codex's config and login (default: env CODEX_HOME, else ~/.codex)")
     group.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
+    group.add_argument("--pull-timeout", type=float, metavar="SECONDS", help=_PULL_TIMEOUT_HELP)
     group.add_argument("--state-dir", type=Path, help="the runner's own records, outside every job root (env RUNNER_STATE_DIR)")
     group.add_argument(
         "--cache-dir", type=Path,
@@ -168,12 +175,35 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_disk_flags(group: argparse._ArgumentGroup) -> None:
+    """What a suite may leave on the host's disks: the same flags for a batch and ``worker``."""
+    group.add_argument(
+        "--keep-trees", choices=["all", "failed", "none"],
+        help="after a task is scored, keep its private buggy-source/ (and baseline git): all (default), failed "
+        "(only an unresolved attempt's), none; the patch, logs, markers and public files always stay",
+    )
+    group.add_argument(
+        "--image-budget-gb", type=float, metavar="GB",
+        help="after each task, remove the least recently used images the runner pulled itself until they fit "
+        "in GB (never one a task here still needs, never one that was here before; default: off)",
+    )
+
+
+def disk_policy(args: argparse.Namespace) -> Any:  # runner.disk_policy.DiskPolicy (imported when used)
+    """Raises: BadInputError (a budget that is not a positive number)."""
+    from runner.disk_policy import DiskPolicy, KeepTrees
+
+    return DiskPolicy(keep_trees=KeepTrees(args.keep_trees or "all"), image_budget_gb=args.image_budget_gb)
+
+
 def add_evaluation_flags(parser: argparse.ArgumentParser) -> None:
     """How a tag's patches are evaluated, for the commands that evaluate without an agent (``evaluate``)."""
     group = parser.add_argument_group("the evaluation (each tag's profile fills what is not given)")
     group.add_argument("--image", help="task image (one tag only; default: the tag's profile's, else "
                        "alfin06/agentissue-bench:<tag>)")
+    group.add_argument("--image-repository", metavar="REPO", help=_REPOSITORY_HELP)
     group.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
+    group.add_argument("--pull-timeout", type=float, metavar="SECONDS", help=_PULL_TIMEOUT_HELP)
     group.add_argument("--allow-unscorable", action="store_true", default=None,
                        help="evaluate even a tag whose profile or image says it cannot be scored")
     group.add_argument("--eval-timeout", type=float, metavar="SECONDS",

@@ -99,6 +99,17 @@ class ImageMissingError(EnvironmentNotReadyError):
         super().__init__(message)
 
 
+class ImageUnknownError(BadInputError):
+    """The registry does not know the image (or may not give it): the operator's to fix, never retried."""
+
+    reason = "image_unknown"
+
+    def __init__(self, image: str, detail: str) -> None:
+        self.image = image
+        super().__init__(f"image {image} cannot be had from its registry ({detail}); check the name, the tag, "
+                         "--image-repository and Docker's own login (docker login)")
+
+
 class CodexNotFoundError(EnvironmentNotReadyError):
     reason = "codex_not_found"
 

@@ -137,7 +137,7 @@ def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
     recorded = prepared.details
     for flag, was, wanted in (
         ("--tag", recorded.tag, settings.tag),
-        ("--image", recorded.image, settings.resolved_image),
+        ("--image", recorded.image, settings.image_name),
         ("--source-dir", recorded.source_dir_sha256, source_dir_digest(settings)),
     ):
         if was != wanted:

@@ -45,11 +45,11 @@ from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.atomic import open_private
 from runner.containment import signals
 from runner.context import new_run_id
+from runner.images import task_image
 from runner.docker_utils import (
     LABEL_PHASE,
     LABEL_RUN,
     connect,
-    ensure_image,
     image_identity,
     remove_labelled,
     runner_labels,
@@ -302,7 +302,7 @@ class Scorer:
         try:
             client = self.client()
             plan.image_id, plan.digest = image_identity(
-                ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull))
+                task_image(client, settings))
             labels = self.labels(f"plan-{settings.tag}", phase="evaluate-layout-probe")
             layout = layout_refusal(client, settings, plan.image_id, labels)
             if layout is not None and not settings.allow_unscorable:

@@ -37,6 +37,8 @@ DEFAULT_CODEX_TIMEOUT = 3600.0
 DEFAULT_EVAL_TIMEOUT = 300.0  # as the official evaluation
 # Extract and baseline, each its own: a stalled get_archive or a huge tree never holds a host for ever.
 DEFAULT_EXTRACT_TIMEOUT = 1800.0
+# A pull that reports no progress for this long has stalled (the registry or the network is gone).
+DEFAULT_PULL_TIMEOUT = 1800.0
 
 # A task tag is a Docker image tag: it starts with a letter, digit or '_' (so never '.', '-').
 SAFE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}")
@@ -107,6 +109,8 @@ ENV_OF_FIELD: dict[str, str] = {
     "max_tokens": "RUNNER_MAX_TOKENS",
     "max_cost_usd": "RUNNER_MAX_COST_USD",
     "rate_card": "RUNNER_RATE_CARD",
+    "image_repository": "RUNNER_IMAGE_REPOSITORY",
+    "pull_timeout": "RUNNER_PULL_TIMEOUT",
 }
 # The reference script's own variables (they keep their names here).
 REFERENCE_ENV = frozenset(ENV_OF_FIELD[field] for field in (
@@ -135,6 +139,15 @@ def _tag(value: str) -> str:
 def _image(value: str) -> str:
     if not SAFE_IMAGE.fullmatch(value) or ".." in value:
         raise ValueError("must be a plain image reference (registry/repository:tag or @sha256:...)")
+    return value
+
+
+def _image_repository(value: str) -> str:
+    """A repository without its tag (``alfin06/agentissue-bench``, ``127.0.0.1:5000/mirror/agentissue``)."""
+    last = value.rsplit("/", 1)[-1]
+    if not SAFE_IMAGE.fullmatch(value) or ".." in value or "@" in value or ":" in last or value.endswith("/"):
+        raise ValueError("must be an image repository without a tag (registry/repository, e.g. "
+                         "alfin06/agentissue-bench or 127.0.0.1:5000/agentissue-bench)")
     return value
 
 
@@ -224,6 +237,7 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 Tag = Annotated[str, AfterValidator(_tag)]
 ImageRef = Annotated[str, AfterValidator(_image)]
+ImageRepository = Annotated[str, AfterValidator(_image_repository)]
 ContainerPath = Annotated[str, AfterValidator(_container_path)]
 HostPath = Annotated[Path, AfterValidator(_host_path)]
 ShellLine = Annotated[str, AfterValidator(_shell_line)]
@@ -249,8 +263,14 @@ class RunnerSettings(Frozen):
 
     tag: Tag = DEFAULT_TAG
     image: ImageRef | None = None
+    # Where a tag's image lives when neither --image nor its profile names one: REPO:<tag> (None: IMAGE_REPOSITORY).
+    image_repository: ImageRepository | None = None
+    # The image the name resolved to when its batch or submit started (name@sha256:..., or an image id):
+    # every phase uses it, so a push to the same tag while the suite runs changes nothing evaluated.
+    image_pin: ImageRef | None = None
     codex_bin: CommandName = "codex"
     allow_pull: bool = False
+    pull_timeout: Timeout = DEFAULT_PULL_TIMEOUT
     precheck_only: bool = False
     codex_timeout: Timeout = DEFAULT_CODEX_TIMEOUT
     # The deadline of extract, and again (its own) of baseline.
@@ -288,8 +308,14 @@ class RunnerSettings(Frozen):
     profile_fields: tuple[str, ...] = ()
 
     @property
+    def image_name(self) -> str:
+        """The image as named (the operator's, the profile's, else REPO:<tag>): what the compact run shows."""
+        return self.image or f"{self.image_repository or IMAGE_REPOSITORY}:{self.tag}"
+
+    @property
     def resolved_image(self) -> str:
-        return self.image or f"{IMAGE_REPOSITORY}:{self.tag}"
+        """The image every phase uses: the pinned one where the driver pinned it, else the name."""
+        return self.image_pin or self.image_name
 
     @property
     def probe_endpoints(self) -> tuple[str, ...]:

@@ -475,3 +475,4 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
 # The fleet's fixture (workers on a real Redis), for every test file that runs a fleet; imported last,
 # since tests.fleet_support takes its helpers from this module.
 from tests.fleet_support import fleet  # noqa: E402,F401
+from tests.registry_support import registry  # noqa: E402,F401

@@ -34,7 +34,8 @@ from reducers.guard import check_public
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.budget import check_budget
 from runner.entry import RunnerArgumentParser, add_task_flags, answer, task_flags
-from runner.errors import BadInputError, BrokerUnavailableError, ExitCode
+from runner.docker_utils import connect
+from runner.errors import BadInputError, BrokerUnavailableError, DockerUnavailableError, ExitCode
 from runner.fleet.broker import (
     DEFAULT_NAMESPACE,
     DEFAULT_QUEUE,
@@ -64,7 +65,8 @@ from runner.tasks.protocol import (
     eval_key,
     task_key,
 )
-from runner.tasks.spec import TaskSpec
+from runner.images import pin_names
+from runner.tasks.spec import HostSettings, TaskSpec, resolve
 from runner.tasks.spec import read_operator
 
 log = structlog.get_logger(__name__)
@@ -188,6 +190,23 @@ def submit_patches(args: argparse.Namespace, suite: str, queue: str, tags: list[
     return report, int(ExitCode.COMPLETED)
 
 
+def pin_specs(specs: dict[str, TaskSpec]) -> dict[str, TaskSpec]:
+    """Each tag's image pinned at submit time (a registry lookup through the daemon, no pull; a local
+    image is pinned by its id), so every host evaluates the same image whatever is pushed meanwhile.
+    No daemon here: the tasks go unpinned, and each host uses the name as it finds it (logged)."""
+    try:
+        client = connect()
+    except DockerUnavailableError:
+        log.warning("images_not_pinned", why="no Docker daemon where submit runs: each host resolves the name")
+        return specs
+    try:
+        names = {tag: resolve(spec, HostSettings()).image_name for tag, spec in specs.items()}
+        pins = pin_names(client, names, allow_pull=True)
+    finally:
+        client.close()
+    return {tag: spec.pinned(pins[tag].ref if tag in pins else None) for tag, spec in specs.items()}
+
+
 def _leave_no_heartbeat(client: redis.Redis, keys: Keys, broker: Any) -> None:
     try:  # each broker call is a heartbeat: a submit is no worker, so leave none behind
         client.zrem(f"{keys.dramatiq}:__heartbeats__", broker.broker_id)
@@ -223,6 +242,8 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     # each tag's profile is applied by the worker's task process, never here.
     template = read_operator(task_flags(args), env_skipped=frozenset({"tag", "image"})).spec
     specs = {tag: template.for_tag(tag) for tag in tags}
+    if not args.dry_run:  # each tag on the image its name means now, whichever host runs it, whenever
+        specs = pin_specs(specs)
     client = connect_redis(args.broker)
     keys = Keys(args.namespace)
     ledger = SuiteLedger(client, keys, suite)

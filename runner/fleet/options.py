@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from reducers.models import Frozen
-from runner.entry import RunnerArgumentParser, add_host_flags, host_flags
+from runner.entry import RunnerArgumentParser, add_disk_flags, add_host_flags, host_flags
 from runner.fleet.broker import DEFAULT_INFRA_RETRIES, DEFAULT_NAMESPACE, DEFAULT_QUEUE, check_queue
 from runner.settings import SAFE_HOST_PATH, SAFE_TAG
 from runner.tasks.spec import HostSettings, build_model, read_operator
@@ -41,6 +41,21 @@ class WorkerOptions(Frozen):
     max_infra_retries: int = Field(DEFAULT_INFRA_RETRIES, ge=0, le=20)
     retry_backoff: float = Field(15.0, gt=0)
     http: str | None = None  # HOST:PORT of the views (/healthz, /metrics, /); off by default
+    keep_trees: str = "all"  # runner.disk_policy.KeepTrees
+    prefetch: int = Field(2, ge=0, le=16)  # images of the next messages pulled ahead (with --allow-pull)
+    image_budget_gb: float | None = Field(None, gt=0, le=100_000)
+
+    def disk(self) -> Any:  # runner.disk_policy.DiskPolicy
+        from runner.disk_policy import DiskPolicy, KeepTrees
+
+        return DiskPolicy(keep_trees=KeepTrees(self.keep_trees), image_budget_gb=self.image_budget_gb)
+
+    @field_validator("keep_trees")
+    @classmethod
+    def _keep_trees(cls, value: str) -> str:
+        if value not in ("all", "failed", "none"):
+            raise ValueError("must be all, failed or none")
+        return value
 
     @field_validator("queues")
     @classmethod
@@ -94,6 +109,12 @@ def build_parser() -> RunnerArgumentParser:
     parser.add_argument("--http", metavar="HOST:PORT",
                         help="serve /healthz, /metrics and a status page there (off by default; keep it on loopback)")
     parser.add_argument("--namespace", default=None, help="prefix of every Redis key (env RUNNER_FLEET_NAMESPACE)")
+    disk = parser.add_argument_group("what the host's disks keep, and pull ahead")
+    add_disk_flags(disk)
+    disk.add_argument("--prefetch", type=int, default=2, metavar="N",
+                      help="with --allow-pull: pull the images of the next N messages of the queues while tasks "
+                      "run, so a task does not wait for its pull (default 2; 0 turns it off); they count as "
+                      "needed for --image-budget-gb")
     add_host_flags(parser)
     return parser
 
@@ -111,6 +132,7 @@ def options_from(args: Any) -> WorkerOptions:
         "namespace": args.namespace or os.environ.get("RUNNER_FLEET_NAMESPACE") or DEFAULT_NAMESPACE,
         "heartbeat_timeout": args.heartbeat_timeout, "grace": args.grace, "min_free_gb": args.min_free_gb,
         "check_interval": args.check_interval, "max_infra_retries": args.max_infra_retries,
-        "retry_backoff": args.retry_backoff, "http": args.http,
+        "retry_backoff": args.retry_backoff, "http": args.http, "keep_trees": args.keep_trees or "all",
+        "image_budget_gb": args.image_budget_gb, "prefetch": args.prefetch,
     }
     return build_model(WorkerOptions, values)

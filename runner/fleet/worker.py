@@ -45,7 +45,7 @@ from runner.atomic import write_bytes_atomic
 from runner.budget import live_cost
 from runner.docker_utils import connect, sweep_strays
 from runner.entry import answer
-from runner.errors import BadInputError, EnvironmentNotReadyError, ExitCode
+from runner.errors import BadInputError, DockerUnavailableError, EnvironmentNotReadyError, ExitCode
 from runner.fleet.budget import FleetBudget
 from runner.fleet.broker import ACTOR_NAME, TIME_LIMIT_MS, Keys, connect_redis, make_broker, quiet_dramatiq_messages
 from runner.fleet.hostchecks import check_host
@@ -53,13 +53,16 @@ from runner.fleet.leases import Lease
 from runner.fleet.ledger import FINAL_STATES, LedgerRow, SuiteLedger, TaskState, now
 from runner.fleet.options import WorkerOptions, build_parser, options_from
 from runner.fleet.outbox import Outbox
+from runner.fleet.prefetch import Prefetcher
 from runner.fleet.outcome import Action, Decision, Recorder, StopReason, decide, decide_evaluation, not_started
 from runner.fleet.rejects import rejected_row
 from runner.fleet.state import RunningTask, WorkerState
 from runner.fleet.views import WorkerStatusSource
 from runner.jobroot import PROMPT, JobRoot
+from runner.journal import default_state_dir
 from runner.logs import configure_logging
 from runner.tasks.protocol import EvalMessage, MessageError, TaskMessage, parse_any_message
+from runner.tasks.spec import resolve
 from runner.tasks.supervisor import run_task
 from runner.views.server import BackgroundServer, http_address
 
@@ -84,6 +87,10 @@ class FleetWorker:
         self.recorder = Recorder(self.redis, self.keys, Outbox(options.jobs_dir), options.name)
         self.lease_ttl = options.heartbeat_timeout
         self.budget = FleetBudget(self.redis, self.keys, ttl=max(options.heartbeat_timeout, 2.0))
+        self.disk = options.disk()
+        state_dir = options.host.state_dir or default_state_dir()
+        self.prefetcher = (Prefetcher(self.redis, self.keys, options.queues, options.host, options.prefetch, state_dir)
+                           if options.prefetch and options.host.allow_pull else None)
         self._budgeted: set[tuple[str, str]] = set()  # (suite, key) of the admitted tasks running here
         self._budget_lock = threading.Lock()
         self._stop = threading.Event()
@@ -235,7 +242,30 @@ class FleetWorker:
                  wall_seconds=wall)
         decision = decide(end.outcome.run if end.outcome is not None else None, end.returncode, wall,
                           stop_reason=reason, retries=retries, max_retries=self.options.max_infra_retries)
-        return self._record(task, queue, decision)
+        recorded = self._record(task, queue, decision)
+        self._free_disk(task, job_root, decision)
+        return recorded
+
+    def _free_disk(self, task: TaskMessage, job_root: Path, decision: Decision) -> None:
+        """The host's disk policy after a task: its tree (when scored) and pulled images over the budget,
+        keeping every image a task running here still needs."""
+        disk = self.disk
+        if decision.final:
+            disk.after_task(JobRoot.at(job_root, task.tag), decision.facts)
+        if disk.image_budget_gb is None:
+            return
+        needed = {resolve(other.task.spec, self.options.host).resolved_image for other in self.state.running()
+                  if isinstance(other.task, TaskMessage) and other.task.key != task.key}
+        if self.prefetcher is not None:
+            needed |= self.prefetcher.wanted()  # pulled for the next messages: kept for them
+        try:
+            client = connect()
+        except DockerUnavailableError:
+            return
+        try:
+            disk.evict(client, self.options.host.state_dir or default_state_dir(), needed)
+        finally:
+            client.close()
 
     def _evaluate(self, task: EvalMessage, running: RunningTask, queue: str, retries: int) -> tuple[LedgerRow | None, Action]:
         """An evaluation unit: its patch written under its own job root, scored by a task process of the
@@ -392,6 +422,9 @@ class FleetWorker:
         worker.queue_prefetch = self.options.slots
         threads = [threading.Thread(target=target, name=name, daemon=True)
                    for target, name in ((self._host_loop, "host-checks"), (self._monitor_loop, "monitor"))]
+        if self.prefetcher is not None:
+            threads.append(threading.Thread(target=self.prefetcher.run, args=(self._stop,), name="prefetch",
+                                            daemon=True))
         for thread in threads:
             thread.start()
         worker.start()

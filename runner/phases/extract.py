@@ -21,9 +21,9 @@ from docker.errors import NotFound
 
 from reducers.models import ExtractResult, Phase
 from runner.context import JobContext
+from runner.images import task_image
 from runner.docker_utils import (
     archive_stream_with_stat,
-    ensure_image,
     image_identity,
     is_symlink_stat,
     managed_container,
@@ -146,7 +146,7 @@ def extraction_cache(settings: RunnerSettings) -> ExtractionCache | None:
 
 
 def _image(ctx: JobContext) -> tuple[str, str | None]:
-    image = ensure_image(ctx.docker(), ctx.settings.resolved_image, allow_pull=ctx.settings.allow_pull)
+    image = task_image(ctx.docker(), ctx.settings)
     return image_identity(image)
 
 

@@ -28,10 +28,10 @@ from requests.exceptions import RequestException
 from reducers.models import Phase, PrecheckResult
 from runner.codex_config import OPENAI_KEY_VARIABLES, active_provider, operator_home, resolve_codex_home
 from runner.context import JobContext
+from runner.images import task_image
 from runner.docker_utils import (
     connect,
     daemon_gone,
-    ensure_image,
     image_identity,
     managed_container,
     start_and_wait,
@@ -318,7 +318,7 @@ def _docker_checks(
 ) -> tuple[list[Check], str | None]:
     """image_present, then the layout checks; each failure lands under its own check."""
     try:
-        image = ensure_image(client, settings.resolved_image, allow_pull=settings.allow_pull)
+        image = task_image(client, settings)
     except EnvironmentNotReadyError as e:  # missing, or the allowed pull failed
         return [Check(name="image_present", ok=False, detail=str(e))], None
     image_id, _digest = image_identity(image)

@@ -40,7 +40,7 @@ def prepare(ctx: JobContext) -> PrepareResult:
         directory.mkdir(parents=True, exist_ok=True)
     return PrepareResult(
         tag=ctx.settings.tag,
-        image=ctx.settings.resolved_image,
+        image=ctx.settings.image_name,
         prompt_sha256=hashlib.sha256(data).hexdigest(),
         prompt_bytes=len(data),
         source_dir_sha256=source_dir_digest(ctx.settings),

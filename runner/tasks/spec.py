@@ -25,6 +25,7 @@ from runner.errors import BadInputError
 from runner.settings import (
     SAFE_HOST_PATH,
     DEFAULT_CANARY_BASE_IMAGE,
+    DEFAULT_PULL_TIMEOUT,
     DEFAULT_TAG,
     ENV_OF_FIELD,
     CacheGigabytes,
@@ -35,6 +36,7 @@ from runner.settings import (
     EvalNetwork,
     HostPath,
     ImageRef,
+    ImageRepository,
     ModelName,
     OutputFormat,
     PatchPatterns,
@@ -57,6 +59,8 @@ class TaskSpec(Frozen):
 
     tag: Tag
     image: ImageRef | None = None  # None: the tag's profile's image, else the default repository's
+    image_repository: ImageRepository | None = None  # the repository of a tag's image (its profile's image tag kept)
+    image_pin: ImageRef | None = None  # set by the batch or submit (runner.images.pin_image), never a flag
     codex_timeout: Timeout | None = None
     extract_timeout: Timeout | None = None
     eval_timeout: Timeout | None = None
@@ -81,6 +85,10 @@ class TaskSpec(Frozen):
         """
         return build_model(TaskSpec, {**self.model_dump(exclude={"tag"}), "tag": tag}, {"tag": "--tag"})
 
+    def pinned(self, ref: str | None) -> TaskSpec:
+        """The same task on the image its driver pinned (``runner.images.pin_image``); None: as it was."""
+        return self if ref is None else build_model(TaskSpec, {**self.model_dump(), "image_pin": ref}, {})
+
 
 class HostSettings(Frozen):
     """What the host running a task has: its codex, its Docker access, its directories."""
@@ -88,6 +96,7 @@ class HostSettings(Frozen):
     codex_bin: CommandName = "codex"
     codex_home: Path | None = None
     allow_pull: bool = False
+    pull_timeout: Timeout = DEFAULT_PULL_TIMEOUT
     state_dir: Path | None = None
     cache_dir: HostPath | None = None
     cache_max_gb: CacheGigabytes = 20.0
@@ -198,6 +207,8 @@ def resolve(
     given = spec.model_dump(exclude_none=True)
     profile = RunnerSettings(tag=spec.tag).profile
     filled = {k: v for k, v in (profile.settings_values() if profile else {}).items() if k not in given}
+    if "image" in filled and spec.image_repository and profile is not None:  # a mirror: the profile's tag spelling kept
+        filled["image"] = f"{spec.image_repository}:{profile.image_tag}"
     values = {
         **given, **filled, **host.model_dump(), **(call or CallSettings()).model_dump(),
         "job_root": job_root, "profile_fields": tuple(sorted(filled)),

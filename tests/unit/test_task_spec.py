@@ -109,7 +109,8 @@ SAMPLE = {"TAG": "t_9", "IMAGE": "img:9", "CODEX_BIN": "/x/codex", "ALLOW_DOCKER
           "RUNNER_MODEL": "model-9", "RUNNER_CODEX_PROFILE": "p9", "CODEX_HOME": "/home/9/.codex",
           "RUNNER_CANARY_BASE_IMAGE": "base:9", "RUNNER_ALLOW_UNSCORABLE": "1",
           "RUNNER_EVAL_PROBE": "mirror9.internal:3141, 10.0.0.9:80", "RUNNER_MAX_TOKENS": "9000",
-          "RUNNER_MAX_COST_USD": "0.9", "RUNNER_RATE_CARD": "/cards/9.toml"}
+          "RUNNER_MAX_COST_USD": "0.9", "RUNNER_RATE_CARD": "/cards/9.toml",
+          "RUNNER_IMAGE_REPOSITORY": "127.0.0.1:5009/mirror9", "RUNNER_PULL_TIMEOUT": "99"}
 
 
 def test_one_table_names_every_settings_variable() -> None:

@@ -1,0 +1,226 @@
+"""Images at suite scale, against a real registry on loopback (Debian's docker-registry) and a real engine.
+
+Six tags, each a synthetic variant of the stub image with its own bulk layer (about 300 MB,
+``RUNNER_TEST_VARIANT_MB``), pushed to the registry and absent locally at the start: a batch
+and a fleet of two workers pull them (pinned by digest), evict what the runner pulled under
+``--image-budget-gb``, and score every task once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.images import PulledImages
+from tests.conftest import FAKE_CODEX, log_events, read_json, run_cli
+from tests.fleet_support import Fleet
+from tests.registry_support import Registry, local_images, push_variant, remove_local, start_registry
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
+
+VARIANT_MB = int(os.environ.get("RUNNER_TEST_VARIANT_MB", "300"))
+BUDGET_GB = round(VARIANT_MB / 300, 3)  # 1 GB for 300 MB variants: three fit, never a fourth
+FIT = int(BUDGET_GB * 1024 // VARIANT_MB)
+TAGS = [f"t_img_{i}" for i in range(1, 7)]
+FIX = "Fix calc.add.\nfake-codex-mode: fix\n"
+
+
+@pytest.fixture(scope="module")
+def suite_registry(docker_client, stub_image: str, tmp_path_factory) -> Iterator[tuple[Registry, dict[str, str]]]:
+    registry = start_registry(tmp_path_factory.mktemp("suite-registry"))
+    try:
+        digests = {tag: push_variant(docker_client, registry, stub_image, tag, VARIANT_MB) for tag in TAGS}
+        yield registry, digests
+    finally:
+        remove_local(docker_client, registry.repository())
+        registry.stop()
+
+
+def _held(docker_client, repository: str, digests: set[str]) -> int:
+    """How many of the images pushed with ``digests`` the engine holds now."""
+    return sum(1 for image in local_images(docker_client, repository)
+               if any(entry.rpartition("@")[2] in digests for entry in image.attrs.get("RepoDigests") or []))
+
+
+class ImageSampler:
+    """How many of the suite's (large) images the engine holds, sampled while the suite runs: the most seen."""
+
+    def __init__(self, docker_client, repository: str, digests: set[str]) -> None:
+        self._client, self._repository, self._digests = docker_client, repository, digests
+        self.most, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.most = max(self.most, _held(self._client, self._repository, self._digests))
+            except Exception:
+                pass  # an image removed while listed: the next sample sees the rest
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> ImageSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _prompts(jobs: Path, tags: list[str]) -> None:
+    for tag in tags:
+        (jobs / tag / "context").mkdir(parents=True, exist_ok=True)
+        (jobs / tag / "context" / "prompt.md").write_text(FIX)
+
+
+def test_a_batch_pulls_pinned_images_and_keeps_its_own_under_the_budget(
+    tmp_path: Path, docker_client, suite_registry: tuple[Registry, dict[str, str]]
+) -> None:
+    registry, digests = suite_registry
+    repository = registry.repository()
+    remove_local(docker_client, repository)
+    jobs, state = tmp_path / "jobs", tmp_path / "state"
+    _prompts(jobs, TAGS)
+    with ImageSampler(docker_client, repository, set(digests.values())) as sampler:
+        done = run_cli("--execute", "--jobs-dir", str(jobs), *[a for t in TAGS for a in ("--tag", t)],
+                       "--image-repository", repository, "--allow-pull", f"--image-budget-gb={BUDGET_GB}",
+                       "--codex-bin", str(FAKE_CODEX), "--state-dir", str(state), "--eval-network", "none",
+                       timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["ran"] == 6 and summary["states"] == {"done": 6} and summary["resolved"] == 6
+    for tag in TAGS:  # each scored once, on the image pushed for it (name and digest both recorded)
+        run = read_json(jobs / tag / "benchmark_run.compact.json")
+        assert run["selected_image"] == f"{repository}:{tag}"
+        assert run["image_digest"] == f"{repository}@{digests[tag]}", tag
+    assert sampler.most <= FIT + 1, f"{sampler.most} of the suite's images at once; the budget fits {FIT}"
+    assert len(local_images(docker_client, repository)) <= FIT
+    task_logs = "".join(path.read_text() for path in (jobs / ".batch-logs").iterdir())
+    assert "image_pull_progress" in task_logs and "image_pinned" in done.stderr
+    assert str(tmp_path) not in json.dumps(summary)
+
+    listed = run_cli("--images", "list", "--state-dir", str(state))
+    assert listed.returncode == 0, listed.stderr
+    report = json.loads(listed.stdout)
+    assert 1 <= report["count"] <= FIT and {i["digest"] for i in report["images"]} <= set(digests.values())
+    assert report["images"][0]["name"].startswith(repository + "@sha256:")
+    assert str(tmp_path) not in listed.stdout
+    pruned = json.loads(run_cli("--images", "prune", "--state-dir", str(state)).stdout)
+    assert pruned["count"] == 0 and len(pruned["removed"]) == report["count"]
+    assert local_images(docker_client, repository) == []
+    # the rerun skips every scored task: nothing pulled again
+    again = run_cli("--execute", "--jobs-dir", str(jobs), *[a for t in TAGS for a in ("--tag", t)],
+                    "--image-repository", repository, "--allow-pull", "--codex-bin", str(FAKE_CODEX),
+                    "--state-dir", str(state))
+    assert again.returncode == 0 and json.loads(again.stdout)["skipped_completed"] == 6
+    assert local_images(docker_client, repository) == []
+
+
+def test_an_image_that_was_here_before_is_never_evicted(
+    tmp_path: Path, docker_client, stub_image: str
+) -> None:
+    """A local image (built here, not pulled) is pinned by id, used, and never removed by the budget."""
+    jobs, state = tmp_path / "jobs", tmp_path / "state"
+    _prompts(jobs, ["t_local_1", "t_local_2"])
+    done = run_cli("--execute", "--jobs-dir", str(jobs), "--tag", "t_local_1", "--tag", "t_local_2",
+                   "--image", stub_image, "--image-budget-gb=0.001", "--codex-bin", str(FAKE_CODEX),
+                   "--state-dir", str(state), "--eval-network", "none")
+    assert done.returncode == 0, done.stderr[-3000:]
+    stub_id = docker_client.images.get(stub_image).id
+    assert f"ref={stub_id}" in done.stderr or stub_id in done.stderr  # pinned by its id
+    assert docker_client.images.get(stub_image).id == stub_id
+    assert PulledImages(state).entries() == []
+
+
+def test_the_fleet_evaluates_the_digest_pinned_at_submit_and_survives_a_registry_outage(
+    fleet: Fleet, docker_client, stub_image: str, suite_registry: tuple[Registry, dict[str, str]], tmp_path: Path
+) -> None:
+    registry, digests = suite_registry
+    repository = registry.repository()
+    remove_local(docker_client, repository)
+    for tag in TAGS:
+        fleet.prompt(tag, FIX)
+    # one tag is re-pushed between submit and evaluation: the pinned digest is what is scored
+    moved = "t_img_moved"
+    fleet.prompt(moved, FIX)
+    first = push_variant(docker_client, registry, stub_image, moved, 5)
+    submitted = run_cli("submit", "--broker", fleet.url, "--namespace", fleet.namespace, "--suite", "imgs",
+                        "--prompts-dir", str(fleet.prompts), "--image-repository", repository,
+                        "--eval-network", "none", *[a for t in [*TAGS, moved] for a in ("--tag", t)])
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    second = push_variant(docker_client, registry, stub_image, moved, 5)
+    assert second != first
+    registry.stop()  # down at pull time: an infrastructure failure, retried until it is back
+    workers = [fleet.worker(name, fleet.jobs(name), "--allow-pull", f"--image-budget-gb={BUDGET_GB}",
+                            "--state-dir", str(tmp_path / f"state-{name}"), "--retry-backoff", "1",
+                            "--max-infra-retries", "8")
+               for name in ("host-a", "host-b")]
+    fleet.wait("a pull failed and is retried",
+               lambda: any(row["retries"] >= 1 for row in fleet.rows("imgs").values()), timeout=120)
+    registry.start()
+    with ImageSampler(docker_client, repository, set(digests.values())) as sampler:
+        fleet.wait("every task done", lambda: len(fleet.rows("imgs")) == 7 and
+                   all(row["state"] == "done" for row in fleet.rows("imgs").values()), timeout=600)
+    rows = fleet.rows("imgs")
+    assert all(row["resolved"] for row in rows.values())
+    scored = {key: (row["image_digest"] or "").rpartition("@")[2] for key, row in rows.items()}
+    assert scored[f"{moved}/1"] == first != second  # the submit's pin, not the later push
+    assert all(scored[f"{tag}/1"] == digests[tag] for tag in TAGS)
+    assert any(row["retries"] >= 1 for row in rows.values()), "the outage was retried, not scored"
+    # two hosts on one engine here: each keeps its own pulls under the budget (plus the one it pulls)
+    assert sampler.most <= 2 * (FIT + 1), sampler.most
+    for worker in workers:
+        code, _out, stderr = fleet.stop(worker)
+        assert code == 0, stderr[-2000:]
+    for name in ("host-a", "host-b"):
+        kept = PulledImages(tmp_path / f"state-{name}").entries()
+        assert len([e for e in kept if e.digest in set(digests.values())]) <= FIT, kept
+
+
+def test_a_wrong_image_name_fails_at_once_and_is_not_retried(
+    fleet: Fleet, registry: Registry, tmp_path: Path
+) -> None:
+    fleet.prompt("t_nowhere", FIX)
+    submitted = run_cli("submit", "--broker", fleet.url, "--namespace", fleet.namespace, "--suite", "wrong",
+                        "--prompts-dir", str(fleet.prompts), "--image-repository", registry.repository("no-such-repo"),
+                        "--tag", "t_nowhere")
+    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    assert "image_not_pinned" in submitted.stderr
+    worker = fleet.worker("host-w", fleet.jobs("host-w"), "--allow-pull", "--retry-backoff", "1",
+                          "--state-dir", str(tmp_path / "state"))
+    row = fleet.wait_state("wrong", "t_nowhere/1", "failed", timeout=120)
+    assert row["retries"] == 0 and row["infra_failure"] is False
+    assert "image_unknown" in (row["failure_label"] or ""), row
+    started = time.monotonic()
+    fleet.stop(worker)
+    assert time.monotonic() - started < 60
+
+
+def test_a_worker_prefetches_the_next_messages_images_while_a_task_runs(
+    fleet: Fleet, docker_client, stub_image: str, registry: Registry, tmp_path: Path
+) -> None:
+    tags = ["t_pre_1", "t_pre_2", "t_pre_3"]
+    for tag in tags:
+        push_variant(docker_client, registry, stub_image, tag, 5)
+        fleet.prompt(tag, "Fix calc.add.\nfake-codex-sleep: 4\nfake-codex-mode: fix\n")
+    submitted = run_cli("submit", "--broker", fleet.url, "--namespace", fleet.namespace, "--suite", "pre",
+                        "--prompts-dir", str(fleet.prompts), "--image-repository", registry.repository(),
+                        "--eval-network", "none", *[a for t in tags for a in ("--tag", t)])
+    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    jobs = fleet.jobs("host-p")
+    worker = fleet.worker("host-p", jobs, "--allow-pull", "--prefetch", "2", "--state-dir", str(tmp_path / "state"))
+    fleet.wait("all done", lambda: len(fleet.rows("pre")) == 3 and
+               all(row["state"] == "done" for row in fleet.rows("pre").values()), timeout=300)
+    code, _out, stderr = fleet.stop(worker)
+    assert code == 0, stderr[-2000:]
+    assert len(log_events(stderr, "image_prefetched")) >= 2, stderr[-3000:]  # pulled during the 1st task
+    logs = {path.name: path.read_text() for path in (jobs / "pre" / ".worker-logs").iterdir()}
+    later = [text for name, text in logs.items() if name.startswith(("t_pre_2.", "t_pre_3."))]
+    assert later and all("image_pull_started" not in text for text in later), "a later task waited for its pull"
+    assert {entry.name.rsplit("@", 1)[0] for entry in PulledImages(tmp_path / "state").entries()} == {registry.repository()}

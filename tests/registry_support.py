@@ -1,0 +1,142 @@
+"""A real registry on loopback for the pull tests: Debian's ``docker-registry`` (the distribution
+registry), plain HTTP on 127.0.0.1 (an engine treats 127.0.0.0/8 as an insecure registry by
+default, so no engine configuration is needed), with synthetic task images pushed to it.
+
+No test may depend on a public registry: every pull a test makes is from one of these.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REGISTRY_BINARY = os.environ.get("RUNNER_TEST_REGISTRY_BIN", "docker-registry")
+LABEL_TEST_IMAGE = "io.agentissue-runner.test-image"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Registry:
+    """One registry process with its own storage; ``stop``/``start`` take it away and bring it back."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.config = directory / "config.yml"
+        self.config.write_text(
+            "version: 0.1\n"
+            "log:\n  level: warn\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {directory / 'storage'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.host}\n"
+        )
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen([REGISTRY_BINARY, "serve", str(self.config)], stdout=subprocess.DEVNULL,
+                                         stderr=open(self.directory / "registry.log", "ab"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1):
+                    return
+            except OSError:
+                if self._process.poll() is not None:
+                    break
+                time.sleep(0.1)
+        raise RuntimeError(f"the registry did not start: {(self.directory / 'registry.log').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+
+    def repository(self, name: str = "agentissue-bench") -> str:
+        return f"{self.host}/{name}"
+
+
+def start_registry(directory: Path) -> Registry:
+    """A started registry storing under ``directory`` (skipped without the binary; under CI=true, failed)."""
+    if shutil.which(REGISTRY_BINARY) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the registry binary {REGISTRY_BINARY!r} is missing: .ci/run installs "
+                        "Debian's docker-registry")
+        pytest.skip(f"no {REGISTRY_BINARY} on this machine (apt-get install docker-registry)")
+    directory.mkdir(parents=True, exist_ok=True)
+    running = Registry(directory)
+    running.start()
+    return running
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Registry]:
+    running = start_registry(tmp_path / "registry")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _context(base: str, megabytes: int, salt: str) -> io.BytesIO:
+    """A build context: the stub image plus one layer of ``megabytes`` of random bytes (its own content)."""
+    dockerfile = (f"FROM {base}\n"
+                  f"RUN head -c {megabytes * 1024 * 1024} /dev/urandom > /opt/bulk-{salt} && echo {salt} > /opt/variant\n")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
+
+
+def push_variant(docker_client, registry: Registry, base: str, tag: str, megabytes: int,
+                 repository: str = "agentissue-bench") -> str:
+    """Build a variant of ``base`` with its own bulk layer, push it as ``<registry>/<repository>:<tag>``,
+    and remove it locally (so a task must pull it). The pushed repo digest (sha256:...)."""
+    name = f"{registry.repository(repository)}:{tag}"
+    salt = uuid.uuid4().hex[:12]
+    docker_client.images.build(fileobj=_context(base, megabytes, salt), custom_context=True, tag=name, rm=True,
+                               forcerm=True, pull=False, labels={LABEL_TEST_IMAGE: "true"})
+    digest = None
+    for event in docker_client.api.push(name, stream=True, decode=True):
+        if "error" in event:
+            raise RuntimeError(f"push of {name} failed: {event['error']}")
+        digest = (event.get("aux") or {}).get("Digest") or digest
+    assert digest, f"the push of {name} reported no digest"
+    docker_client.images.remove(name, force=True)
+    return digest
+
+
+def local_images(docker_client, repository: str) -> list:
+    return [image for image in docker_client.images.list() if any(t.startswith(repository + ":") or
+            t.startswith(repository + "@") for t in image.tags + (image.attrs.get("RepoDigests") or []))]
+
+
+def remove_local(docker_client, repository: str) -> None:
+    for image in local_images(docker_client, repository):
+        try:
+            docker_client.images.remove(image.id, force=True)
+        except Exception:
+            pass
