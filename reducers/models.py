@@ -88,6 +88,7 @@ class Reason(StrEnum):
     IMAGE_MISSING = "image_missing"
     IMAGE_PULL_FAILED = "image_pull_failed"
     IMAGE_PULL_STALLED = "image_pull_stalled"
+    IMAGE_PIN_UNAVAILABLE = "image_pin_unavailable"
     IMAGE_REGISTRY_UNREACHABLE = "image_registry_unreachable"
     IMAGE_UNKNOWN = "image_unknown"
     CODEX_NOT_FOUND = "codex_not_found"

@@ -37,7 +37,7 @@ from requests.exceptions import ReadTimeout
 from runner.atomic import write_json_atomic
 from runner.docker_utils import image_own_bytes, local_image, pull_stream, registry_digest, remove_image
 from runner.bounded_read import UnreadableFileError, read_bounded_json
-from runner.errors import EnvironmentNotReadyError, ImageMissingError, ImageUnknownError
+from runner.errors import EnvironmentNotReadyError, ImageMissingError, ImageUnknownError, RunnerError
 from runner.journal import default_state_dir
 from runner.settings import RunnerSettings
 
@@ -195,6 +195,17 @@ class _Bar:
             self._progress.stop()
 
 
+def _pull_failure(ref: str, detail: str) -> RunnerError:
+    """What a failed pull is: a name the registry does not know is the operator's (never retried),
+    unless it is a pinned digest, which was there when the suite started: then the registry lost it,
+    an infrastructure failure naming the digest; anything else is the registry's or the network's."""
+    if _UNKNOWN.search(detail) and "connection refused" not in detail.lower():
+        if "@sha256:" in ref:
+            return ImagePullError(ref, f"the pinned digest is no longer served ({detail})", reason="image_pin_unavailable")
+        return ImageUnknownError(ref, public_registry_message(detail))
+    return ImagePullError(ref, detail)
+
+
 def pull_image(client: docker.DockerClient, ref: str, *, timeout: float) -> Any:
     """Pull ``ref`` through the SDK's streaming API, showing progress; the pulled image.
 
@@ -212,20 +223,14 @@ def pull_image(client: docker.DockerClient, ref: str, *, timeout: float) -> Any:
         with pull_stream(repository, tag, read_timeout=timeout) as events:
             for event in events:
                 if "error" in event:
-                    detail = str(event.get("error"))
-                    if _UNKNOWN.search(detail):
-                        raise ImageUnknownError(ref, public_registry_message(detail))
-                    raise ImagePullError(ref, detail)
+                    raise _pull_failure(ref, str(event.get("error")))
                 layers.take(event)
                 bar.show(layers)
         bar.show(layers, final=True)
     except (ReadTimeout, TimeoutError) as e:
         raise ImagePullError(ref, f"no progress for {timeout:.0f} s (--pull-timeout)", reason="image_pull_stalled") from e
     except (NotFound, APIError) as e:
-        detail = getattr(e, "explanation", None) or str(e)
-        if _UNKNOWN.search(str(detail)) and "connection refused" not in str(detail).lower():
-            raise ImageUnknownError(ref, public_registry_message(detail)) from e
-        raise ImagePullError(ref, detail) from e
+        raise _pull_failure(ref, str(getattr(e, "explanation", None) or e)) from e
     except (RequestsConnectionError, DockerException) as e:
         raise ImagePullError(ref, type(e).__name__) from e
     finally:

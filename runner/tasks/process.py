@@ -49,7 +49,9 @@ def run(request: TaskRequest, send: Callable[[PhaseStarted], None] = lambda _mes
         return evaluate_unit(request)
     settings = resolve(request.spec, request.host, job_root=request.job_root)
     # In the task's own (private) log: what this task runs with, whichever driver handed it over.
-    log.info("task_settings_resolved", tag=settings.tag, image=settings.resolved_image, source_dir=settings.source_dir,
+    if settings.image_pin is not None:  # the moment's pin (its driver's start, or submit): not the task's identity
+        log.info("task_image_pinned", image=settings.image_name, ref=settings.image_pin)
+    log.info("task_settings_resolved", tag=settings.tag, image=settings.image_name, source_dir=settings.source_dir,
              apply_cmd=settings.apply_cmd, test_cmd=settings.test_cmd, eval_network=settings.eval_network.value,
              eval_timeout=settings.eval_timeout, eval_probe=list(settings.probe_endpoints),
              codex_timeout=settings.codex_timeout, extract_timeout=settings.extract_timeout, model=settings.model,

@@ -224,3 +224,37 @@ def test_a_worker_prefetches_the_next_messages_images_while_a_task_runs(
     later = [text for name, text in logs.items() if name.startswith(("t_pre_2.", "t_pre_3."))]
     assert later and all("image_pull_started" not in text for text in later), "a later task waited for its pull"
     assert {entry.name.rsplit("@", 1)[0] for entry in PulledImages(tmp_path / "state").entries()} == {registry.repository()}
+
+
+def test_a_pinned_digest_the_registry_no_longer_serves_fails_as_infrastructure_naming_it(
+    tmp_path: Path, docker_client, stub_image: str, registry: Registry
+) -> None:
+    import urllib.request
+
+    from reducers.outcome import TaskState, task_facts
+    from runner.jobroot import written_run
+    from tests.conftest import make_job_root
+
+    digest = push_variant(docker_client, registry, stub_image, "t_gone", 5)
+    request = urllib.request.Request(f"http://{registry.host}/v2/agentissue-bench/manifests/{digest}", method="DELETE")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 202
+    job = make_job_root(tmp_path)
+    pinned = f"{registry.repository()}@{digest}"
+    done = run_cli("--execute", "--job-root", str(job), "--tag", "t_gone", "--image", pinned, "--allow-pull",
+                   "--codex-bin", str(FAKE_CODEX))
+    assert done.returncode == 3, done.stderr[-2000:]  # the host's or the registry's: a fleet retries it
+    assert f"{pinned} failed: the pinned digest is no longer served" in done.stderr
+    report = json.loads(done.stdout)
+    assert report["failure_label"] == "failed_precheck_precheck_image_present"
+    facts = task_facts(written_run(job), 3, 1.0)
+    assert facts.infra_failure is True and facts.state is TaskState.FAILED
+
+
+def test_a_registry_s_words_reach_public_output_bounded_and_without_paths_or_credentials() -> None:
+    from runner.images import public_registry_message
+
+    said = ("Get \"https://user:hunter2@registry.example/v2/\": open /var/lib/docker/tmp/x: no space left\n" + "x" * 500)
+    shown = public_registry_message(said)
+    assert "hunter2" not in shown and "/var/lib/docker" not in shown and "\n" not in shown
+    assert len(shown) <= 240 and "registry.example/v2/" in shown
