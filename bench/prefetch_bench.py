@@ -103,8 +103,8 @@ def main() -> int:
     port = _free_port()
     redis_server = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                      "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    registry = Registry(scratch / "registry")
     (scratch / "registry").mkdir()
+    registry = Registry(scratch / "registry")
     env = {**os.environ, "CODEX_HOME": str(scratch / "codex-home")}
     (scratch / "codex-home").mkdir()
     (scratch / "codex-home" / "auth.json").write_text("{}\n")
