@@ -442,11 +442,25 @@ def registry_digest(client: docker.DockerClient, name: str) -> str:
 def pull_stream(repository: str, tag: str | None, *, read_timeout: float) -> Iterator[Iterator[dict]]:
     """The daemon's pull progress events, on a client of its own whose socket read times out after
     ``read_timeout`` (requests' ReadTimeout): a pull that says nothing that long has stalled."""
-    api = docker.APIClient(timeout=max(1, int(read_timeout)), **docker.utils.kwargs_from_env())
+    api = _PullClient(read_timeout=max(1.0, read_timeout), **docker.utils.kwargs_from_env())
     try:
         yield api.pull(repository, tag=tag, stream=True, decode=True)
     finally:
         api.close()
+
+
+class _PullClient(docker.APIClient):
+    """docker-py's pull posts with ``timeout=None`` (a stream may take hours): this client gives that
+    request a read deadline instead, so a pull that goes quiet raises rather than waits for ever."""
+
+    def __init__(self, *, read_timeout: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._read_timeout = read_timeout
+
+    def _post(self, url: str, **kwargs: Any) -> Any:
+        if url.endswith("/images/create") and kwargs.get("timeout", 0) is None:
+            kwargs["timeout"] = self._read_timeout
+        return super()._post(url, **kwargs)
 
 
 def remove_image(client: docker.DockerClient, image_id: str) -> None:

@@ -33,6 +33,7 @@ from docker.utils import parse_repository_tag
 from pydantic import BaseModel, ConfigDict, ValidationError
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import ReadTimeout
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from runner.atomic import write_json_atomic
 from runner.docker_utils import image_own_bytes, local_image, pull_stream, registry_digest, remove_image
@@ -146,6 +147,7 @@ class _Layers:
     current: dict[str, int]
     total: dict[str, int]
     done: set[str]
+    last_event: float = 0.0  # time.monotonic() of the stream's last event
 
     def take(self, event: dict[str, Any]) -> None:
         layer, status = event.get("id"), str(event.get("status", ""))
@@ -195,6 +197,10 @@ class _Bar:
             self._progress.stop()
 
 
+def _stalled(ref: str, timeout: float) -> ImagePullError:
+    return ImagePullError(ref, f"no progress for {timeout:.0f} s (--pull-timeout)", reason="image_pull_stalled")
+
+
 def _pull_failure(ref: str, detail: str) -> RunnerError:
     """What a failed pull is: a name the registry does not know is the operator's (never retried),
     unless it is a pinned digest, which was there when the suite started: then the registry lost it,
@@ -216,7 +222,8 @@ def pull_image(client: docker.DockerClient, ref: str, *, timeout: float) -> Any:
         ImagePullError: it failed, stalled, or the registry cannot be reached.
     """
     repository, tag = parse_repository_tag(ref)
-    layers, started = _Layers({}, {}, set()), time.monotonic()
+    started = time.monotonic()
+    layers = _Layers({}, {}, set(), started)
     bar = _Bar(ref, terminal=sys.stderr.isatty())
     log.info("image_pull_started", image=ref)
     try:
@@ -224,14 +231,17 @@ def pull_image(client: docker.DockerClient, ref: str, *, timeout: float) -> Any:
             for event in events:
                 if "error" in event:
                     raise _pull_failure(ref, str(event.get("error")))
+                layers.last_event = time.monotonic()
                 layers.take(event)
                 bar.show(layers)
         bar.show(layers, final=True)
-    except (ReadTimeout, TimeoutError) as e:
-        raise ImagePullError(ref, f"no progress for {timeout:.0f} s (--pull-timeout)", reason="image_pull_stalled") from e
+    except (ReadTimeout, TimeoutError, ReadTimeoutError) as e:
+        raise _stalled(ref, timeout) from e
     except (NotFound, APIError) as e:
         raise _pull_failure(ref, str(getattr(e, "explanation", None) or e)) from e
-    except (RequestsConnectionError, DockerException) as e:
+    except (RequestsConnectionError, ProtocolError, DockerException) as e:
+        if time.monotonic() - layers.last_event >= timeout - 0.5:  # a read timeout, as urllib3 words it mid-stream
+            raise _stalled(ref, timeout) from e
         raise ImagePullError(ref, type(e).__name__) from e
     finally:
         bar.close()

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tarfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -140,3 +141,60 @@ def remove_local(docker_client, repository: str) -> None:
             docker_client.images.remove(image.id, force=True)
         except Exception:
             pass
+
+
+class StallingRegistry:
+    """A registry front that answers the API from ``upstream`` but, for any blob, sends its headers and
+    then nothing: a pull that starts and then says nothing, as over a network that went quiet."""
+
+    def __init__(self, upstream: Registry) -> None:
+        import http.server
+        import threading
+
+        self.released = threading.Event()
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *_args: object) -> None:
+                pass
+
+            def _answer(self, body: bool) -> None:
+                if "/blobs/" in self.path:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(10 * 1024 * 1024))
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.end_headers()
+                    front.released.wait(120)
+                    return
+                request = urllib.request.Request(f"http://{upstream.host}{self.path}", method=self.command,
+                                                 headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                try:
+                    answer = urllib.request.urlopen(request, timeout=10)
+                except urllib.error.HTTPError as error:
+                    answer = error
+                data = answer.read()
+                self.send_response(answer.status if hasattr(answer, "status") else answer.code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._answer(True)
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self._answer(False)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.host = f"127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.released.set()
+        self._server.shutdown()
+        self._server.server_close()

@@ -258,3 +258,27 @@ def test_a_registry_s_words_reach_public_output_bounded_and_without_paths_or_cre
     shown = public_registry_message(said)
     assert "hunter2" not in shown and "/var/lib/docker" not in shown and "\n" not in shown
     assert len(shown) <= 240 and "registry.example/v2/" in shown
+
+
+def test_a_pull_that_stalls_past_pull_timeout_fails_as_infrastructure(
+    tmp_path: Path, docker_client, stub_image: str, registry: Registry
+) -> None:
+    """The registry answers, then its blobs never come: the pull says nothing, and ends at --pull-timeout."""
+    from tests.conftest import make_job_root
+    from tests.registry_support import StallingRegistry
+
+    push_variant(docker_client, registry, stub_image, "t_stall", 5)
+    front = StallingRegistry(registry)
+    try:
+        job = make_job_root(tmp_path)
+        started = time.monotonic()
+        done = run_cli("--execute", "--job-root", str(job), "--tag", "t_stall", "--image",
+                       f"{front.host}/agentissue-bench:t_stall", "--allow-pull", "--pull-timeout", "3",
+                       "--codex-bin", str(FAKE_CODEX), timeout=120)
+        took = time.monotonic() - started
+    finally:
+        front.close()
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "no progress for 3 s (--pull-timeout)" in done.stderr, done.stderr[-2000:]
+    assert took < 60, took
+    assert json.loads(done.stdout)["failure_label"] == "failed_precheck_precheck_image_present"
