@@ -70,6 +70,8 @@ class Reason(StrEnum):
     # precheck, one per check (runner.phases.precheck.CHECK_NAMES)
     PRECHECK_CODEX_BINARY = "precheck_codex_binary"
     PRECHECK_CODEX_LOGIN = "precheck_codex_login"
+    PRECHECK_CLAUDE_CODE_BINARY = "precheck_claude_code_binary"
+    PRECHECK_CLAUDE_CODE_LOGIN = "precheck_claude_code_login"
     PRECHECK_GIT_BINARY = "precheck_git_binary"
     PRECHECK_DOCKER_DAEMON = "precheck_docker_daemon"
     PRECHECK_IMAGE_PRESENT = "precheck_image_present"
@@ -88,6 +90,7 @@ class Reason(StrEnum):
     IMAGE_MISSING = "image_missing"
     IMAGE_PULL_FAILED = "image_pull_failed"
     CODEX_NOT_FOUND = "codex_not_found"
+    CLAUDE_CODE_NOT_FOUND = "claude_code_not_found"
     BROKER_UNAVAILABLE = "broker_unavailable"
     JOB_ROOT_LOCKED = "job_root_locked"
     JOB_ROOT_UNWRITABLE = "job_root_unwritable"
@@ -144,6 +147,9 @@ class PrepareResult(PhaseResult):
 class PrecheckResult(PhaseResult):
     phase = Phase.PRECHECK
     codex_version: str | None = None
+    # The agent checked (runner.agents.AgentName) and its version; None: codex (codex_version).
+    agent: str | None = None
+    agent_version: str | None = None
     image_id: str | None = None
     checks_passed: int = 0
     tag_profile: str | None = None
@@ -198,6 +204,8 @@ class CodexResult(PhaseResult):
     # A live cap (--max-tokens, --max-cost-usd) stopped codex; the attempt goes on to be scored.
     budget_exceeded: bool = False
     budget_reason: Literal["max_tokens", "max_cost_usd"] | None = None
+    # Which agent ran (runner.agents.AgentName); None: a marker from before the agent seam (codex).
+    agent: str | None = None
 
 
 class PatchResult(PhaseResult):

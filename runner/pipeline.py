@@ -61,7 +61,7 @@ from runner.containment.descendants import kill_descendants
 from runner.docker_utils import daemon_gone, sweep_strays
 from runner.lock import job_root_lock
 from runner.phases.baseline import baseline
-from runner.phases.codex import codex
+from runner.phases.agent import agent
 from runner.phases.evaluate import evaluate
 from runner.phases.extract import extract
 from runner.phases.patch import export_patch
@@ -117,7 +117,7 @@ _STEP_FUNCTIONS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
     Phase.PRECHECK: precheck,
     Phase.EXTRACT: extract,
     Phase.BASELINE: baseline,
-    Phase.CODEX: codex,
+    Phase.CODEX: agent,
     Phase.PATCH: _patch,
     Phase.EVALUATE: _evaluate,
 }

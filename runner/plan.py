@@ -9,7 +9,7 @@ from typing import Any
 
 from reducers.models import PHASE_ORDER, Phase
 from runner import jobroot
-from runner.phases.codex import codex_argv
+from runner.agents.codex import codex_argv
 from runner.settings import PATCH_IN_CONTAINER, RunnerSettings
 
 _WHAT = {

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from reducers.models import Frozen
+from runner.agents import AgentName
 from runner.errors import BadInputError
 from runner.settings import (
     SAFE_HOST_PATH,
@@ -57,6 +58,7 @@ class TaskSpec(Frozen):
 
     tag: Tag
     image: ImageRef | None = None  # None: the tag's profile's image, else the default repository's
+    agent: AgentName | None = None  # None: codex
     codex_timeout: Timeout | None = None
     extract_timeout: Timeout | None = None
     eval_timeout: Timeout | None = None
@@ -86,6 +88,8 @@ class HostSettings(Frozen):
     """What the host running a task has: its codex, its Docker access, its directories."""
 
     codex_bin: CommandName = "codex"
+    claude_bin: CommandName = "claude"
+    bwrap_bin: CommandName | None = None
     codex_home: Path | None = None
     allow_pull: bool = False
     state_dir: Path | None = None
