@@ -142,6 +142,7 @@ class PrepareResult(PhaseResult):
     prompt_sha256: str = ""
     prompt_bytes: int = 0
     source_dir_sha256: str = ""
+    agent: str | None = None  # the agent the job root is for (runner.agents); None: prepared before the seam, codex
 
 
 class PrecheckResult(PhaseResult):

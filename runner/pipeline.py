@@ -40,6 +40,7 @@ from reducers.models import (
     Reason,
     Scalar,
 )
+from runner.agents import AgentName
 from runner.context import JobContext
 from runner.errors import (
     BadInputError,
@@ -130,7 +131,8 @@ def _scalars(details: dict[str, object]) -> dict[str, Scalar]:
 
 
 def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
-    """A job root belongs to one tag, image and source dir: a rerun must resume the same task."""
+    """A job root belongs to one tag, image, source dir and agent: a rerun must resume the same task
+    (another agent would find the first one's attempt recorded ok, and report it as its own)."""
     prepared = load_marker(job.markers, Phase.PREPARE)
     if prepared is None:
         return
@@ -139,6 +141,7 @@ def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
         ("--tag", recorded.tag, settings.tag),
         ("--image", recorded.image, settings.resolved_image),
         ("--source-dir", recorded.source_dir_sha256, source_dir_digest(settings)),
+        ("--agent", recorded.agent or AgentName.CODEX.value, settings.agent.value),
     ):
         if was != wanted:
             raise BadInputError(

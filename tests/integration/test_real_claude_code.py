@@ -226,3 +226,16 @@ def test_without_the_runners_confinement_claude_code_reaches_tmp_and_the_key(rea
         assert probe.exists() and KEY_VALUE in (work / "envdump.txt").read_text()
     finally:
         probe.unlink(missing_ok=True)
+
+
+def test_a_job_root_of_one_agent_is_not_resumed_by_another(tmp_path: Path, stub_image: str) -> None:
+    """codex's attempt is recorded ok in the journal: claude-code on the same job root would skip to the patch."""
+    job = make_job_root(tmp_path)  # the fake codex fixes the stub
+    first = run_cli("--execute", *stub_args(job, stub_image))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert read_json(job / "result-markers" / "prepare.json")["details"]["agent"] == "codex"
+    before = (job / "benchmark_run.compact.json").read_bytes()
+    again = run_cli("--execute", *stub_args(job, stub_image), "--agent", "claude-code",
+                    env={"ANTHROPIC_API_KEY": KEY_VALUE})
+    assert again.returncode == 2 and "another --agent" in again.stderr
+    assert (job / "benchmark_run.compact.json").read_bytes() == before
