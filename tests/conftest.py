@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -306,6 +307,23 @@ def hostile_image(docker_client, stub_image: str) -> Iterator[str]:
         docker_client.images.remove(HOSTILE_TAG)
     except Exception:
         pass
+
+
+@dataclass
+class CompactRun:
+    """A finished ``--execute``: its exit code, job root and stderr, and its two compact files."""
+
+    exit_code: int
+    job: Path
+    stderr: str
+
+    @property
+    def run(self) -> dict:
+        return read_json(self.job / "benchmark_run.compact.json")
+
+    @property
+    def result(self) -> dict:
+        return read_json(self.job / "benchmark_result.compact.json")
 
 
 class RunningCli:

@@ -81,6 +81,41 @@ class Agent(Protocol):
         """After it ended: its usage and failure class from its event stream; its last message in place."""
 
 
+def executable(name: str, missing: Callable[[str], Exception]) -> str:
+    """``name`` found on PATH, as an absolute path (the agent runs in buggy-source: a relative one would miss).
+
+    Raises:
+        the ``missing(name)`` error: it is not found.
+    """
+    import os
+    import shutil
+
+    found = shutil.which(name)
+    if found is None:
+        raise missing(name)
+    return os.path.abspath(found)
+
+
+class CliAgent:
+    """What every agent CLI has alike: its logs named after it, its executable a host setting."""
+
+    name: AgentName
+    log_name: str
+    bin_setting: str  # the RunnerSettings field naming its executable
+    missing: Callable[[str], Exception]  # the error when it is not found
+
+    @property
+    def stdout_log(self) -> str:
+        return f"{self.name.value}.stdout.log"
+
+    @property
+    def stderr_log(self) -> str:
+        return f"{self.name.value}.stderr.log"
+
+    def binary(self, settings: RunnerSettings) -> str:
+        return executable(getattr(settings, self.bin_setting), type(self).missing)
+
+
 def agent_for(name: str | AgentName) -> Agent:
     """The implementation of ``name``.
 

@@ -33,7 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.agents import AgentName, Launch
+from runner.agents import AgentName, CliAgent, Launch
 from runner.agents.codex import allowed_environment
 from runner.atomic import write_bytes_atomic
 from runner.codex_meter import LineMeter
@@ -210,17 +210,11 @@ def _model_error(result: dict[str, Any] | None) -> str | None:
     return None
 
 
-class ClaudeCodeAgent:
+class ClaudeCodeAgent(CliAgent):
     name = AgentName.CLAUDE_CODE
     log_name = "claude_code"
-    stdout_log = STDOUT_LOG
-    stderr_log = STDERR_LOG
-
-    def binary(self, settings: RunnerSettings) -> str:
-        found = shutil.which(settings.claude_bin)
-        if found is None:
-            raise ClaudeCodeNotFoundError(settings.claude_bin)
-        return os.path.abspath(found)  # it runs in buggy-source: a relative path would miss
+    bin_setting = "claude_bin"
+    missing = ClaudeCodeNotFoundError
 
     def version(self, settings: RunnerSettings) -> str:
         path = self.binary(settings)

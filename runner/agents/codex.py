@@ -14,12 +14,11 @@ Invariants:
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.agents import AgentName, Launch
+from runner.agents import AgentName, CliAgent, Launch
 from runner.codex_config import (
     active_provider,
     guard_arguments,
@@ -98,17 +97,11 @@ def _model_of(settings_model: str | None, provider_model: str | None) -> str | N
     return settings_model or (provider_model if provider_model and SAFE_MODEL.fullmatch(provider_model) else None)
 
 
-class CodexAgent:
+class CodexAgent(CliAgent):
     name = AgentName.CODEX
     log_name = "codex"
-    stdout_log = STDOUT_LOG
-    stderr_log = STDERR_LOG
-
-    def binary(self, settings: RunnerSettings) -> str:
-        found = shutil.which(settings.codex_bin)
-        if found is None:
-            raise CodexNotFoundError(settings.codex_bin)
-        return os.path.abspath(found)  # codex runs in buggy-source: a relative path would miss
+    bin_setting = "codex_bin"
+    missing = CodexNotFoundError
 
     def version(self, settings: RunnerSettings) -> str:
         from runner.phases.precheck import codex_version

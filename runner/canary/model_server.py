@@ -171,26 +171,9 @@ class ScriptedModel:
                     return
                 step = model._next(body)
                 kind = step.get("fault")
-                if kind == "http_500":
-                    self._plain(500, b'{"error": {"message": "scripted internal error", "type": "server_error"}}')
+                error = b'{"error": {"message": "scripted internal error", "type": "server_error"}}'
+                if not self._stream_opened(step, error, b"response.output_item.done"):
                     return
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
-                self.end_headers()
-                if kind == "hang":
-                    self.wfile.flush()
-                    model._stop.wait()
-                    return
-                if kind == "malformed":
-                    self.wfile.write(b"event: response.output_item.done\ndata: {this is not json\n\n")
-                    self.wfile.flush()
-                    return
-                if step.get("thinking_seconds"):
-                    self.wfile.flush()
-                    if model._stop.wait(float(step["thinking_seconds"])):
-                        return
                 response_id = f"resp_{next(model._ids)}"
                 for item in step.get("items", []):
                     self.wfile.write(_sse({"type": "response.output_item.done", "item": model._complete(item)}))
@@ -212,26 +195,9 @@ class ScriptedModel:
                 else:
                     step = model._next(body)
                 kind = step.get("fault")
-                if kind == "http_500":
-                    self._plain(500, b'{"type": "error", "error": {"type": "api_error", "message": "scripted internal error"}}')
+                error = b'{"type": "error", "error": {"type": "api_error", "message": "scripted internal error"}}'
+                if not self._stream_opened(step, error, b"message_start"):
                     return
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
-                self.end_headers()
-                if kind == "hang":
-                    self.wfile.flush()
-                    model._stop.wait()
-                    return
-                if kind == "malformed":
-                    self.wfile.write(b"event: message_start\ndata: {this is not json\n\n")
-                    self.wfile.flush()
-                    return
-                if step.get("thinking_seconds"):
-                    self.wfile.flush()
-                    if model._stop.wait(float(step["thinking_seconds"])):
-                        return
                 for event in model._anthropic_events(step, str(body.get("model") or MODEL)):
                     if kind == "cut" and event["type"] == "message_delta":
                         self.wfile.flush()
@@ -241,6 +207,31 @@ class ScriptedModel:
                 if body.get("tools"):
                     with model._lock:
                         model.completed += 1
+
+            def _stream_opened(self, step: Mapping[str, Any], error: bytes, first_event: bytes) -> bool:
+                """The step's fault, or the event stream's headers and its thinking time; False: nothing more to send."""
+                kind = step.get("fault")
+                if kind == "http_500":
+                    self._plain(500, error)
+                    return False
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("connection", "close")
+                self.end_headers()
+                if kind == "hang":
+                    self.wfile.flush()
+                    model._stop.wait()
+                    return False
+                if kind == "malformed":
+                    self.wfile.write(b"event: " + first_event + b"\ndata: {this is not json\n\n")
+                    self.wfile.flush()
+                    return False
+                if step.get("thinking_seconds"):
+                    self.wfile.flush()
+                    if model._stop.wait(float(step["thinking_seconds"])):
+                        return False
+                return True
 
             def _plain(self, status: int, payload: bytes) -> None:
                 self.send_response(status)

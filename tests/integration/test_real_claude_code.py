@@ -24,6 +24,7 @@ from runner.canary.model_server import MODEL, ScriptedModel, exec_call, fault, m
 from runner.canary.run import RUN_THE_CHECK
 from tests.conftest import (
     IN_CI,
+    CompactRun,
     RunningCli,
     agent_gone,
     log_events,
@@ -63,20 +64,9 @@ def real_claude() -> Path:
 
 
 @dataclass
-class Run:
-    exit_code: int
-    job: Path
-    stderr: str
+class Run(CompactRun):
     requests: int = 0
     bodies: list[dict] = field(default_factory=list)
-
-    @property
-    def run(self) -> dict:
-        return read_json(self.job / "benchmark_run.compact.json")
-
-    @property
-    def result(self) -> dict:
-        return read_json(self.job / "benchmark_result.compact.json")
 
     def events(self) -> str:
         return (self.job / "logs" / "claude-code.stdout.log").read_text(errors="replace")

@@ -34,7 +34,7 @@ from runner.canary.model_server import (
     write_codex_home,
 )
 from runner.canary.run import RUN_THE_CHECK, fix_call
-from tests.conftest import IN_CI, log_events, make_job_root, read_json, run_cli, stub_args
+from tests.conftest import IN_CI, CompactRun, log_events, make_job_root, read_json, run_cli, stub_args
 
 SHIPPED_CARD = Path(__file__).resolve().parents[2] / "runner" / "data" / "rate_card.toml"
 # Dollars per million tokens of the scripted model, for the tests' own --rate-card.
@@ -66,20 +66,9 @@ def real_codex() -> Path:
 
 
 @dataclass
-class Run:
-    exit_code: int
-    job: Path
-    requests: int
-    stderr: str
+class Run(CompactRun):
+    requests: int = 0
     completed: int = 0  # responses the model sent whole, usage and all
-
-    @property
-    def run(self) -> dict:
-        return read_json(self.job / "benchmark_run.compact.json")
-
-    @property
-    def result(self) -> dict:
-        return read_json(self.job / "benchmark_result.compact.json")
 
     def codex_events(self) -> str:
         return (self.job / "logs" / "codex.stdout.log").read_text(errors="replace")
@@ -100,7 +89,7 @@ def run_scripted(tmp_path: Path, stub_image: str, real_codex: Path) -> Iterator:
                      **(env or {})},
             )
             requests, completed = model.requests, model.completed
-        return Run(done.returncode, job, requests, done.stderr, completed)
+        return Run(done.returncode, job, done.stderr, requests, completed)
 
     yield run
 
