@@ -229,3 +229,47 @@ def test_a_job_root_of_one_agent_is_not_resumed_by_another(tmp_path: Path, stub_
                     env={"ANTHROPIC_API_KEY": KEY_VALUE})
     assert again.returncode == 2 and "another --agent" in again.stderr
     assert (job / "benchmark_run.compact.json").read_bytes() == before
+
+
+def test_one_batch_compares_both_agents_on_the_same_tags(tmp_path: Path, stub_image: str, real_claude: Path) -> None:
+    """Four tags, each run by the real codex and the real Claude Code against one scripted model
+    speaking both wire formats: one ledger, two agents, side by side."""
+    from runner.canary.model_server import KEY_VARIABLE, write_codex_home
+
+    codex = shutil.which("codex")
+    assert codex is not None, "the real Codex CLI is needed beside Claude Code"
+    jobs = tmp_path / "jobs"
+    tags = ["stub_a", "stub_b", "stub_c", "stub_d"]
+    for tag in tags:
+        (jobs / tag / "context").mkdir(parents=True)
+        (jobs / tag / "context" / "prompt.md").write_text(PROMPT)
+    with ScriptedModel([turn(SHELL_FIX), turn(message("fixed"))], per_conversation=True) as model:
+        home = write_codex_home(tmp_path / "codex-home", model.base_url)
+        done = run_cli(
+            "--execute", "--jobs-dir", str(jobs), *[arg for tag in tags for arg in ("--tag", tag)],
+            "--image", stub_image, "--agents", "codex,claude-code", "--workers", "2",
+            "--codex-bin", codex, f"--codex-home={home}", "--claude-bin", str(real_claude), f"--model={MODEL}",
+            env={KEY_VARIABLE: KEY_VALUE, "ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": KEY_VALUE},
+            timeout=900,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["ran"] == 8 and summary["resolved"] == 8
+    ledger = read_json(jobs / "run-ledger.json")
+    rows = {(row["tag"], row["arm"]): row for row in ledger["rows"]}
+    assert set(rows) == {(tag, agent) for tag in tags for agent in ("codex", "claude-code")}
+    assert all(row["agent"] == arm for (_tag, arm), row in rows.items())
+    for tag in tags:
+        for agent in ("codex", "claude-code"):
+            run = read_json(jobs / tag / agent / "benchmark_run.compact.json")
+            assert run["agent"] == agent and run["official_task_score"]["resolved"] is True
+    comparison = ledger["comparison"]
+    assert comparison == summary["comparison"]
+    for agent in ("codex", "claude-code"):
+        side = comparison["agents"][agent]
+        assert (side["tasks"], side["scored"], side["resolved"], side["resolved_rate"]) == (4, 4, 4, 1.0)
+        assert side["pass_at"]["mean_pass_at"]["1"] == 1.0 and side["input_tokens"] > 0
+    assert comparison["agents"]["claude-code"]["input_tokens"] == 4 * 2 * 60  # two responses a tag, disjoint counts
+    assert comparison["tags"] == {tag: {"claude-code": True, "codex": True} for tag in tags}
+    markdown = (jobs / "run-ledger.md").read_text()
+    assert "## Agents side by side" in markdown and "| stub_a (claude-code) |" in markdown
