@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from runner.canary.model_server import MODEL, ScriptedModel, exec_call, fault, message, turn
-from runner.canary.run import RUN_THE_CHECK
+from runner.canary.run import RUN_THE_CHECK, SHELL_FIX as FIX_COMMAND
+from tests.integration.test_real_codex import canary_base  # noqa: F401 (a fixture: the canary's base image)
 from tests.conftest import (
     IN_CI,
     CompactRun,
@@ -40,7 +41,7 @@ KEY_VALUE = "sk-ant-scripted-" + secrets.token_hex(12)
 PLANTED = "planted-secret-" + secrets.token_hex(12)
 PROMPT = "Fix calc.mathops.add so that it returns the sum. " + secrets.token_hex(6) + "\n"
 # The stub's fix as a shell command: Claude Code's Bash tool has no apply_patch.
-SHELL_FIX = exec_call("sed -i 's/return a - b/return a + b/' calc/mathops.py && echo FIXED")
+SHELL_FIX = exec_call(f"{FIX_COMMAND} && echo FIXED")
 # Dollars per million tokens of the scripted model, Anthropic's disjoint counts.
 DISJOINT_CARD = f"""version = "test-anthropic"
 [models."{MODEL}"]
@@ -273,3 +274,16 @@ def test_one_batch_compares_both_agents_on_the_same_tags(tmp_path: Path, stub_im
     assert comparison["tags"] == {tag: {"claude-code": True, "codex": True} for tag in tags}
     markdown = (jobs / "run-ledger.md").read_text()
     assert "## Agents side by side" in markdown and "| stub_a (claude-code) |" in markdown
+
+
+def test_the_canary_checks_claude_code_on_this_host(real_claude: Path, canary_base: str) -> None:  # noqa: F811
+    done = run_cli("--precheck", "--canary", f"--canary-base-image={canary_base}", "--agent", "claude-code",
+                   "--claude-bin", str(real_claude), timeout=900)
+    assert done.stdout, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert report["healthy"] is True and report["agent"] == "claude-code"
+    assert report["agent_version"].startswith("claude-code ") and report["terminal_state"] == "resolved"
+    names = {check["name"] for check in report["checks"] if check["ok"]}
+    assert {"canary_resolved", "guard_job_root_not_writable", "guard_tmp_not_writable", "guard_provider_key_hidden",
+            "guard_secrets_hidden", "guard_private_home"} <= names
