@@ -287,3 +287,20 @@ def test_the_canary_checks_claude_code_on_this_host(real_claude: Path, canary_ba
     names = {check["name"] for check in report["checks"] if check["ok"]}
     assert {"canary_resolved", "guard_job_root_not_writable", "guard_tmp_not_writable", "guard_provider_key_hidden",
             "guard_secrets_hidden", "guard_private_home"} <= names
+
+
+def test_a_cap_stops_claude_code_between_responses_and_the_attempt_is_scored(run_scripted) -> None:
+    """Each response's message spends 60 input tokens (and 1 output as its start says): two stay
+    under --max-tokens=150, the third crosses it, and Claude Code is stopped while the fourth thinks."""
+    script = [turn(SHELL_FIX), turn(exec_call("echo turn-2")), turn(exec_call("echo turn-3")),
+              *[turn(exec_call(f"echo turn-{i}"), thinking_seconds=30) for i in range(4, 7)]]
+    done = run_scripted(script, "--max-tokens=150")
+    assert done.exit_code == 0, done.stderr[-3000:]  # scored: patched and evaluated
+    run = done.run
+    assert run["codex"]["budget_exceeded"] is True and run["codex"]["budget_reason"] == "max_tokens"
+    assert run["codex"]["timed_out"] is False and run["infra_failure"] is False
+    assert done.result["terminal_state"] == "resolved"  # the fix came first
+    # killed before its result: the meter's sum over the three messages it had finished
+    assert run["metrics"]["input_tokens"] == 180 and run["metrics"]["cache_tokens"] == 90
+    assert "turn-3" in done.events() and "turn-4" not in done.events()
+    assert read_json(done.job / "logs" / "codex.usage.json")["total_tokens"] > 150

@@ -120,3 +120,12 @@ def test_the_scripted_model_fails_on_anthropics_side_too() -> None:
         with pytest.raises(urllib.error.HTTPError) as caught:
             _stream(model, {"model": "m", "tools": [{"name": "Bash"}], "messages": []})
     assert caught.value.code == 500
+
+
+def test_the_plan_shows_the_chosen_agents_argv() -> None:
+    from runner.plan import build_plan
+
+    codex = next(p for p in build_plan(load_settings())["phases"] if p["phase"] == "codex")
+    claude = next(p for p in build_plan(load_settings(agent="claude-code"))["phases"] if p["phase"] == "codex")
+    assert codex["argv"][:2] == ["codex", "exec"]
+    assert claude["argv"][0] == "bwrap" and ["claude", "-p"] == claude["argv"][claude["argv"].index("--") + 1:][:2]
