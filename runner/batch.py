@@ -283,7 +283,7 @@ def _run_locked(
     state_dir = host.state_dir or default_state_dir()
     todo = [
         unit for unit in units
-        if not (ledger.evaluated(unit.name) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
+        if not (ledger.evaluated(unit.tag, unit.attempt, unit.arm) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
     ]
     for unit in units:
         if unit not in todo:

@@ -242,8 +242,8 @@ class RunLedger(JournaledLedger[LedgerRow]):
     def markdown(self, document: dict[str, Any]) -> str:
         return render_markdown(document)
 
-    def evaluated(self, key: str) -> bool:
-        row = self.rows.get(key)
+    def evaluated(self, tag: str, attempt: int | None, arm: str | None = None) -> bool:
+        row = self.rows.get(row_key(tag, attempt, arm))
         return row is not None and row.evaluated
 
     def document(self) -> dict[str, Any]:

@@ -490,6 +490,18 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
             pass
 
 
+@pytest.fixture
+def canary_base(docker_client) -> Iterator[str]:
+    """The base the canary builds on; the canary's stub images made during the test are removed after."""
+    before = {tag for image in docker_client.images.list("agentissue-runner-stub") for tag in image.tags}
+    yield _base_image(docker_client)
+    for image in docker_client.images.list("agentissue-runner-stub"):
+        for tag in set(image.tags) - before:
+            if ":canary-" in tag:
+                docker_client.images.remove(tag, noprune=False)
+
+
 # The fleet's fixture (workers on a real Redis), for every test file that runs a fleet; imported last,
 # since tests.fleet_support takes its helpers from this module.
 from tests.fleet_support import fleet  # noqa: E402,F401
+

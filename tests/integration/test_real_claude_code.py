@@ -22,7 +22,6 @@ import pytest
 
 from runner.canary.model_server import MODEL, ScriptedModel, exec_call, fault, message, turn
 from runner.canary.run import RUN_THE_CHECK, SHELL_FIX as FIX_COMMAND
-from tests.integration.test_real_codex import canary_base  # noqa: F401 (a fixture: the canary's base image)
 from tests.conftest import (
     IN_CI,
     CompactRun,
@@ -276,7 +275,7 @@ def test_one_batch_compares_both_agents_on_the_same_tags(tmp_path: Path, stub_im
     assert "## Agents side by side" in markdown and "| stub_a (claude-code) |" in markdown
 
 
-def test_the_canary_checks_claude_code_on_this_host(real_claude: Path, canary_base: str) -> None:  # noqa: F811
+def test_the_canary_checks_claude_code_on_this_host(real_claude: Path, canary_base: str) -> None:
     done = run_cli("--precheck", "--canary", f"--canary-base-image={canary_base}", "--agent", "claude-code",
                    "--claude-bin", str(real_claude), timeout=900)
     assert done.stdout, done.stderr[-2000:]

@@ -324,19 +324,6 @@ def _canary(real_codex: Path, base: str, codex_bin: Path | None = None) -> tuple
     return done.returncode, json.loads(done.stdout)
 
 
-@pytest.fixture
-def canary_base(docker_client) -> Iterator[str]:
-    """The base the canary builds on; the canary's stub images made during the test are removed after."""
-    from tests.conftest import _base_image
-
-    before = {tag for image in docker_client.images.list("agentissue-runner-stub") for tag in image.tags}
-    yield _base_image(docker_client)
-    for image in docker_client.images.list("agentissue-runner-stub"):
-        for tag in set(image.tags) - before:
-            if ":canary-" in tag:
-                docker_client.images.remove(tag, noprune=False)
-
-
 def test_the_canary_is_healthy_on_this_host(real_codex: Path, canary_base: str) -> None:
     leftovers = set(Path("/tmp").glob("runner-canary-*"))
     code, report = _canary(real_codex, canary_base)
