@@ -189,6 +189,10 @@ class BenchmarkRun(Frozen):
     scorability: Scorability | None = None
     evaluation: Evaluation
     codex: Codex
+    # Which agent made the attempt, and its version (runner.agents); left out for a marker of
+    # before the agent seam (codex), so the public files of such runs stay byte for byte the same.
+    agent: str | None = None
+    agent_version: str | None = None
     phase_status: dict[str, str]
     phase_durations_seconds: dict[str, float]
     log_sha256: dict[str, str]
@@ -352,6 +356,8 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
             budget_exceeded=agent.budget_exceeded,
             budget_reason=agent.budget_reason,
         ),
+        agent=agent.agent,
+        agent_version=prechecked.agent_version or (prechecked.codex_version if agent.agent else None),
         phase_status={p.value: markers[p].status.value for p in TIMED_PHASES if p in markers},
         phase_durations_seconds={p.value: markers[p].duration_seconds for p in TIMED_PHASES if p in markers},
         log_sha256={name: digest for name, digest in log_sha256.items() if digest},
@@ -406,7 +412,8 @@ def reduce_markers(markers: dict[Phase, Marker]) -> tuple[dict[str, Any], dict[s
         changed_file_count=run.changed_file_count,
         infra_failure=infra_failure,
     )
-    return run.model_dump(mode="json"), result.model_dump(mode="json")
+    unsaid = {name for name in ("agent", "agent_version") if getattr(run, name) is None}
+    return run.model_dump(mode="json", exclude=unsaid), result.model_dump(mode="json")
 
 
 def _read_back(document: str, model: type[BaseModel], payload: Any) -> Any:

@@ -70,6 +70,8 @@ class Reason(StrEnum):
     # precheck, one per check (runner.phases.precheck.CHECK_NAMES)
     PRECHECK_CODEX_BINARY = "precheck_codex_binary"
     PRECHECK_CODEX_LOGIN = "precheck_codex_login"
+    PRECHECK_CLAUDE_CODE_BINARY = "precheck_claude_code_binary"
+    PRECHECK_CLAUDE_CODE_LOGIN = "precheck_claude_code_login"
     PRECHECK_GIT_BINARY = "precheck_git_binary"
     PRECHECK_DOCKER_DAEMON = "precheck_docker_daemon"
     PRECHECK_IMAGE_PRESENT = "precheck_image_present"
@@ -92,6 +94,7 @@ class Reason(StrEnum):
     IMAGE_REGISTRY_UNREACHABLE = "image_registry_unreachable"
     IMAGE_UNKNOWN = "image_unknown"
     CODEX_NOT_FOUND = "codex_not_found"
+    CLAUDE_CODE_NOT_FOUND = "claude_code_not_found"
     BROKER_UNAVAILABLE = "broker_unavailable"
     JOB_ROOT_LOCKED = "job_root_locked"
     JOB_ROOT_UNWRITABLE = "job_root_unwritable"
@@ -143,11 +146,15 @@ class PrepareResult(PhaseResult):
     prompt_sha256: str = ""
     prompt_bytes: int = 0
     source_dir_sha256: str = ""
+    agent: str | None = None  # the agent the job root is for (runner.agents); None: prepared before the seam, codex
 
 
 class PrecheckResult(PhaseResult):
     phase = Phase.PRECHECK
     codex_version: str | None = None
+    # The agent checked (runner.agents.AgentName) and its version; None: codex (codex_version).
+    agent: str | None = None
+    agent_version: str | None = None
     image_id: str | None = None
     checks_passed: int = 0
     tag_profile: str | None = None
@@ -202,6 +209,8 @@ class CodexResult(PhaseResult):
     # A live cap (--max-tokens, --max-cost-usd) stopped codex; the attempt goes on to be scored.
     budget_exceeded: bool = False
     budget_reason: Literal["max_tokens", "max_cost_usd"] | None = None
+    # Which agent ran (runner.agents.AgentName); None: a marker from before the agent seam (codex).
+    agent: str | None = None
 
 
 class PatchResult(PhaseResult):

@@ -78,6 +78,7 @@ class TaskFacts(Frozen):
     cost_usd: float | None = None
     model: str | None = None
     budget_exceeded: bool = False  # a live cap stopped codex; the attempt was still scored
+    agent: str | None = None  # which agent made the attempt (runner.agents); None: unknown, or codex before the seam
 
     @property
     def spent_tokens(self) -> bool:
@@ -117,6 +118,7 @@ def task_facts(
         "cost_usd": run.metrics.cost_usd,
         "model": run.codex.model,
         "budget_exceeded": run.codex.budget_exceeded,
+        "agent": run.agent,
     }
     common = {"exit_code": exit_code, "wall_seconds": wall_seconds, **from_run}
     if exit_code == EXIT_INTERRUPTED or (stopping and exit_code in SIGNALS_OF_A_STOP):

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import structlog
 
 from reducers.outcome import TaskState, task_facts
+from runner.agents import AgentName, agent_for
 from runner.audit import read_audit_labels
 from runner.budget import SuiteBudget, check_budget, spent_costs
 from runner.disk_policy import DiskPolicy
@@ -53,23 +54,29 @@ BATCH_LOCK = ".batch.lock"
 
 @dataclass(frozen=True)
 class Unit:
-    """One task of a batch: a tag, or one attempt of a tag, with its own job root."""
+    """One task of a batch: a tag, or one attempt of a tag, or one agent's run of it, with its own job root."""
 
     tag: str
     attempt: int | None
     job_root: Path
+    arm: str | None = None  # the agent, in a batch that compares agents (--agents)
+    tag_root: Path | None = None  # where the tag's prompt is, when the unit's job root is below it
 
     @property
     def name(self) -> str:
-        return row_key(self.tag, self.attempt)
+        return row_key(self.tag, self.attempt, self.arm)
 
     @property
     def log_name(self) -> str:
-        return f"{self.tag}.log" if self.attempt is None else f"{self.tag}.attempt-{self.attempt}.log"
+        return self.name.replace("/", ".") + ".log"
 
 
-def batch_units(jobs_dir: Path, tags: list[str], attempts: int) -> list[Unit]:
-    """One job root per tag (``DIR/<tag>``), or per attempt (``DIR/<tag>/attempt-<i>``) when there are several."""
+def batch_units(jobs_dir: Path, tags: list[str], attempts: int, agents: tuple[str, ...] = ()) -> list[Unit]:
+    """One job root per tag (``DIR/<tag>``), or per attempt (``DIR/<tag>/attempt-<i>``) when there are several;
+    comparing agents (two or more), one per tag and agent (``DIR/<tag>/<agent>``), agent after agent."""
+    if len(agents) > 1:
+        return [Unit(tag, None, jobs_dir / tag / agent, arm=agent, tag_root=jobs_dir / tag)
+                for agent in agents for tag in tags]
     if attempts == 1:
         return [Unit(tag, None, jobs_dir / tag) for tag in tags]
     return attempt_units(tags, attempts, lambda tag: jobs_dir / tag)
@@ -78,15 +85,17 @@ def batch_units(jobs_dir: Path, tags: list[str], attempts: int) -> list[Unit]:
 def attempt_units(tags: list[str], attempts: int, root_of: Callable[[str], Path]) -> list[Unit]:
     """Attempt-major: every tag's first attempt comes first, so the first wave extracts different
     images at once and the later attempts, which wait for their tag's extraction, come after."""
-    return [Unit(tag, i, root_of(tag) / f"attempt-{i}") for i in range(1, attempts + 1) for tag in tags]
+    return [Unit(tag, i, root_of(tag) / f"attempt-{i}", tag_root=root_of(tag))
+            for i in range(1, attempts + 1) for tag in tags]
 
 
 def seed_prompt(unit: Unit) -> None:
-    """An attempt's job root gets the tag's prompt (``<tag root>/context/prompt.md``) unless it has its own."""
-    if unit.attempt is None:
+    """An attempt's (or an agent's) job root gets the tag's prompt (``<tag root>/context/prompt.md``)
+    unless it has its own."""
+    if unit.tag_root is None:
         return
     own = JobRoot.at(unit.job_root, unit.tag).prompt
-    shared = JobRoot.at(unit.job_root.parent, unit.tag).prompt
+    shared = JobRoot.at(unit.tag_root, unit.tag).prompt
     if own.exists() or not shared.is_file():
         return  # no prompt at all: the attempt itself refuses, naming the file
     own.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +135,8 @@ class BatchSummary:
     suite_pass_at: dict[str, Any] | None = None
     # What the suite (every row of the ledger) cost, and of its budget what is left.
     cost: dict[str, Any] | None = None
+    # Comparing agents (--agents): each agent's resolved rate, pass@k, tokens and cost, and per tag who resolved it.
+    comparison: dict[str, Any] | None = None
 
     @classmethod
     def not_started(cls, tags: int) -> BatchSummary:
@@ -159,6 +170,7 @@ class BatchSummary:
             **({"attempts": self.attempts, "tasks": self.pass_at, "suite": self.suite_pass_at}
                if self.attempts > 1 else {}),
             **({"cost": self.cost} if self.cost is not None else {}),
+            **({"comparison": self.comparison} if self.comparison is not None else {}),
         }
 
     def _over_valid(self) -> dict[str, Any]:
@@ -178,7 +190,7 @@ def _row(unit: Unit, end: TaskEnd, wall: float, *, stopping: bool = False) -> Le
     """The ledger row of a task: its facts by the one rule (``reducers.outcome``), keyed by the unit."""
     run = end.outcome.run if end.outcome is not None else None
     facts = task_facts(run, end.returncode, round(wall, 3), stopping=stopping)
-    return LedgerRow(tag=unit.tag, attempt=unit.attempt, **facts.model_dump())
+    return LedgerRow(tag=unit.tag, attempt=unit.attempt, arm=unit.arm, **facts.model_dump())
 
 
 def _run_one(
@@ -193,6 +205,8 @@ def _run_one(
     started = time.monotonic()
     seed_prompt(unit)
     spec = template.for_tag(unit.tag).pinned(pin)
+    if unit.arm is not None:
+        spec = spec.model_copy(update={"agent": AgentName(unit.arm)})
     request = TaskRequest(spec=spec, job_root=unit.job_root, attempt=unit.attempt, host=host)
     end = run_task(request, logs_dir / unit.log_name, children, on_phase)
     return end, time.monotonic() - started
@@ -208,21 +222,27 @@ def run_batch(
     *,
     attempts: int = 1,
     suite_budget_usd: float | None = None,
+    agents: tuple[str, ...] = (),
     disk: DiskPolicy = DiskPolicy(),
 ) -> BatchSummary:
     """Run every tag (or attempt) not yet evaluated, ``workers`` at a time; the ledger after each.
 
     ``template``: the operator's settings; each tag gets them as its own spec (``for_tag``), on
     the image its name meant when the batch started (``runner.images.pin_names``).
+    ``agents``: two or more compare them: each tag runs once per agent, all in one ledger.
     ``suite_budget_usd``: no task starts once the suite's spending would pass it (``runner.budget``).
     ``disk``: what a finished task may leave behind (its tree, the images pulled for it).
 
     Raises:
         BadInputError: bad ``workers``, ``attempts`` or jobs directory, or another batch holds it.
     """
-    jobs_dir = ensure_dir(jobs_dir, "--jobs-dir")
     check_attempts(attempts)
-    return run_units(template, host, batch_units(jobs_dir, tags, attempts), jobs_dir, workers, progress,
+    if len(agents) > 1 and attempts > 1:
+        raise BadInputError("--agents compares agents one attempt each; give --attempts 1")
+    for agent in agents:
+        agent_for(agent)  # an unknown name is refused before anything starts
+    jobs_dir = ensure_dir(jobs_dir, "--jobs-dir")
+    return run_units(template, host, batch_units(jobs_dir, tags, attempts, agents), jobs_dir, workers, progress,
                      suite_budget_usd=suite_budget_usd, disk=disk)
 
 
@@ -299,7 +319,7 @@ def _run_locked(
     state_dir = host.state_dir or default_state_dir()
     todo = [
         unit for unit in units
-        if not (ledger.evaluated(unit.tag, unit.attempt) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
+        if not (ledger.evaluated(unit.tag, unit.attempt, unit.arm) and evaluated(state_dir, JobRoot.at(unit.job_root, unit.tag)))
     ]
     for unit in units:
         if unit not in todo:
@@ -316,7 +336,7 @@ def _run_locked(
             if children.stopping.is_set():
                 return
             if budget is not None and not budget.try_start(unit.name, JobRoot.at(unit.job_root, unit.tag).logs):
-                record(unit, LedgerRow(tag=unit.tag, attempt=unit.attempt, state=TaskState.SKIPPED_BUDGET))
+                record(unit, LedgerRow(tag=unit.tag, attempt=unit.attempt, arm=unit.arm, state=TaskState.SKIPPED_BUDGET))
                 return
             run_unit(unit)
 
@@ -397,6 +417,7 @@ def _run_locked(
         pass_at=document.get("tasks"),
         suite_pass_at=document.get("suite"),
         cost=document.get("cost"),
+        comparison=document.get("comparison"),
     )
 
 

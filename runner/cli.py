@@ -19,6 +19,7 @@ import structlog
 
 from reducers.markers import read_markers
 from reducers.costs import estimate_cost
+from runner.agents import agent_for
 from runner.batch import BatchSummary, run_attempts, run_batch
 from runner.ledger import RunLedger
 from runner.containment import signals
@@ -101,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--attempts", type=int,
         help="independent attempts per tag (default 1): each its own job root <job root>/attempt-<i> "
         "(a batch: DIR/<tag>/attempt-<i>), codex run, patch, evaluation and compact files",
+    )
+    where.add_argument(
+        "--agents", metavar="NAME,NAME",
+        help="batch: compare agents (codex,claude-code): every tag runs once per agent, DIR/<tag>/<agent>, "
+        "the tag's prompt at DIR/<tag>/context/prompt.md; one ledger, with the agents side by side",
     )
     where.add_argument(
         "--suite-budget-usd", type=float, metavar="DOLLARS",
@@ -217,6 +223,18 @@ def _batch_plan(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict
     return report, ExitCode.COMPLETED
 
 
+def _agents(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--agents A,B``: the agents a batch compares (each named once, each known)."""
+    if not args.agents:
+        return ()
+    if args.agent is not None:
+        raise BadInputError("--agents names every agent of the batch; leave out --agent")
+    names = tuple(dict.fromkeys(name.strip() for name in args.agents.split(",") if name.strip()))
+    for name in names:
+        agent_for(name)
+    return names
+
+
 def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str, Any], int]:
     if not args.execute:
         raise BadInputError("--jobs-dir, --tags-file, --workers and repeated --tag go with --execute")
@@ -227,7 +245,7 @@ def _batch(args: argparse.Namespace, operator: OperatorInput) -> tuple[dict[str,
         with progress_for(len(tags)) as progress:
             summary = run_batch(operator.spec, operator.host, tags, args.jobs_dir, args.workers or 1, progress,
                                 attempts=args.attempts or 1, suite_budget_usd=args.suite_budget_usd,
-                                disk=disk_policy(args))
+                                agents=_agents(args), disk=disk_policy(args))
     except KeyboardInterrupt:  # before any task started: still a summary, and 130
         summary = BatchSummary.not_started(len(tags))
     return summary.report(), summary.exit_code
@@ -345,6 +363,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             and not (_is_batch(args) or _is_attempts(args)):
         raise BadInputError("--keep-trees and --image-budget-gb go with a batch (--jobs-dir) or --attempts "
                             "(or with worker); --image-budget-gb also with --images prune")
+    if args.agents is not None and not _is_batch(args):
+        raise BadInputError("--agents goes with a batch (--jobs-dir); one run takes --agent")
     if _is_batch(args) and mode == "plan":
         return _batch_plan(args, operator)
     if _is_batch(args):

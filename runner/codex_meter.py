@@ -57,11 +57,13 @@ def _total_of(line: bytes) -> TokenCounts | None:
     return TokenCounts(**{field: count_of(total, field) for field in USAGE_FIELDS})
 
 
-class UsageMeter:
-    """The latest running total in the session's rollout, read incrementally."""
+class LineMeter:
+    """A running total read incrementally from a JSONL file as it grows, a bounded line at a time.
 
-    def __init__(self, codex_home: Path) -> None:
-        self._sessions = codex_home / SESSIONS
+    Subclasses say which file (``_find``) and what a line adds (``_take``).
+    """
+
+    def __init__(self) -> None:
         self._file: Path | None = None
         self._offset = 0
         self._pending = b""
@@ -69,8 +71,10 @@ class UsageMeter:
         self.latest: TokenCounts | None = None
 
     def _find(self) -> Path | None:
-        found = sorted(p for p in self._sessions.rglob("rollout-*.jsonl") if p.is_file() and not p.is_symlink())
-        return found[0] if found else None
+        raise NotImplementedError
+
+    def _take(self, line: bytes) -> None:
+        raise NotImplementedError
 
     def poll(self) -> TokenCounts | None:
         """Read what was appended since the last poll; the latest total (None: none yet)."""
@@ -98,12 +102,27 @@ class UsageMeter:
             if self._skipping:
                 self._skipping = False  # the over-long line ends here
                 continue
-            if b"token_count" in line:
-                counted = _total_of(line)
-                if counted is not None:
-                    self.latest = counted
+            self._take(line)
         if len(self._pending) > MAX_LINE:
             self._pending, self._skipping = b"", True
+
+
+class UsageMeter(LineMeter):
+    """The latest running total in the codex session's rollout (its ``token_count`` events)."""
+
+    def __init__(self, codex_home: Path) -> None:
+        super().__init__()
+        self._sessions = codex_home / SESSIONS
+
+    def _find(self) -> Path | None:
+        found = sorted(p for p in self._sessions.rglob("rollout-*.jsonl") if p.is_file() and not p.is_symlink())
+        return found[0] if found else None
+
+    def _take(self, line: bytes) -> None:
+        if b"token_count" in line:
+            counted = _total_of(line)
+            if counted is not None:
+                self.latest = counted
 
 
 def write_live_usage(path: Path, usage: TokenCounts, cost_usd: float | None) -> None:

@@ -74,7 +74,8 @@ def error_class(message: object) -> str:
     return next((label for tell, label in _ERROR_CLASSES if tell in text), "provider_error")
 
 
-def _lines(path: Path):
+def jsonl_lines(path: Path):
+    """The lines of a JSONL file, each at most ``MAX_LINE`` bytes; an over-long line is skipped whole."""
     with path.open("rb") as handle:
         while True:
             line = handle.readline(MAX_LINE)
@@ -99,7 +100,7 @@ def usage_from_events(path: Path) -> CodexUsage:
     model_error: str | None = None
     if not path.exists():
         return CodexUsage()
-    for line in _lines(path):
+    for line in jsonl_lines(path):
         if b'"turn.' not in line and b'"error"' not in line:
             continue
         try:

@@ -87,7 +87,8 @@ class RunnerArgumentParser(argparse.ArgumentParser):
 # -- the flags shared by the commands that take them ---------------------------------------------
 
 TASK_FLAG_FIELDS = (
-    "image", "image_repository", "codex_timeout", "extract_timeout", "eval_timeout", "eval_network", "source_dir", "apply_cmd", "test_cmd",
+    "image", "image_repository", "agent", "codex_timeout", "extract_timeout", "eval_timeout", "eval_network",
+    "source_dir", "apply_cmd", "test_cmd",
     "model", "codex_profile", "allow_unscorable", "max_tokens", "max_cost_usd",
 )
 TASK_LIST_FIELDS = ("codex_config", "patch_exclude", "eval_probe")
@@ -100,7 +101,8 @@ _PULL_TIMEOUT_HELP = ("a pull that reports no progress for this long has stalled
                       "failure (env RUNNER_PULL_TIMEOUT; default 1800)")
 _PROBE_HELP = ("an endpoint the evaluation must reach, probed instead of the package index pypi.org:443 "
                "(repeatable: a mirror, a proxy; env RUNNER_EVAL_PROBE, comma-separated); recorded in the public results")
-HOST_FLAG_FIELDS = ("codex_bin", "codex_home", "allow_pull", "pull_timeout", "state_dir", "cache_dir", "cache_max_gb", "agent_user",
+HOST_FLAG_FIELDS = ("codex_bin", "claude_bin", "bwrap_bin", "codex_home", "allow_pull", "pull_timeout", "state_dir",
+                    "cache_dir", "cache_max_gb", "agent_user",
                     "rate_card")
 
 
@@ -124,6 +126,10 @@ def add_task_flags(parser: argparse.ArgumentParser, *, many_tags: bool) -> None:
     group.add_argument("--source-dir", help="buggy source in the image (env CONTAINER_BUGGY_SOURCE)")
     group.add_argument("--apply-cmd", help="apply command in the container (env PATCH_APPLY_SH)")
     group.add_argument("--test-cmd", help="test command in the container (env PATCH_TEST_SH)")
+    group.add_argument(
+        "--agent", metavar="NAME",
+        help="the agent that makes the attempt: codex (the default) or claude-code (env RUNNER_AGENT)",
+    )
     group.add_argument("--model", help="the model codex uses (env RUNNER_MODEL; default: codex's config)")
     group.add_argument("--codex-profile", help="codex profile, layered on its config (env RUNNER_CODEX_PROFILE)")
     group.add_argument(
@@ -154,6 +160,9 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
     """What the host running tasks has: the same flags for ``--execute``, a batch and ``worker``."""
     group = parser.add_argument_group("the host")
     group.add_argument("--codex-bin", help="codex executable (env CODEX_BIN; default codex)")
+    group.add_argument("--claude-bin", help="Claude Code's executable, for --agent claude-code (env CLAUDE_BIN; default claude)")
+    group.add_argument("--bwrap-bin", help="the bubblewrap that confines Claude Code (env RUNNER_BWRAP_BIN; default: "
+                       "bwrap on PATH, else the one the Codex CLI ships)")
     group.add_argument("--codex-home", type=Path, help="codex's config and login (default: env CODEX_HOME, else ~/.codex)")
     group.add_argument("--allow-pull", action="store_true", default=None, help="pull a missing image (env ALLOW_DOCKER_PULL=1)")
     group.add_argument("--pull-timeout", type=float, metavar="SECONDS", help=_PULL_TIMEOUT_HELP)

@@ -119,6 +119,15 @@ class CodexNotFoundError(EnvironmentNotReadyError):
         )
 
 
+class ClaudeCodeNotFoundError(EnvironmentNotReadyError):
+    reason = "claude_code_not_found"
+
+    def __init__(self, claude_bin: str) -> None:
+        super().__init__(
+            f"claude binary {claude_bin!r} was not found; install @anthropic-ai/claude-code or pass --claude-bin",
+        )
+
+
 class BrokerUnavailableError(EnvironmentNotReadyError):
     """The fleet's Redis does not answer; ``where`` is host:port/db, never a password."""
 

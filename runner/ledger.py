@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from reducers.compare import agent_comparison, comparison_markdown
 from reducers.costs import cost_summary
 from reducers.markers import compact_input_error
 from reducers.outcome import TaskFacts, TaskState
@@ -63,6 +64,8 @@ class LedgerRow(TaskFacts):
 
     tag: str
     attempt: int | None = None  # None: the tag's only run, job root DIR/<tag>; i: DIR/<tag>/attempt-<i>
+    # The agent of a batch that compares agents (--agents): its job root is DIR/<tag>/<agent>.
+    arm: str | None = None
 
     @classmethod
     def from_disk(cls, data: Any) -> LedgerRow:
@@ -72,13 +75,15 @@ class LedgerRow(TaskFacts):
 
     @property
     def key(self) -> str:
-        return row_key(self.tag, self.attempt)
+        return row_key(self.tag, self.attempt, self.arm)
 
     def public(self) -> dict[str, Any]:
-        """The row as the ledger files show it (no ``attempt`` key on a single-attempt row)."""
+        """The row as the ledger files show it (no ``attempt`` key on a single-attempt row, no ``arm``
+        outside a comparison of agents)."""
         dumped = self.model_dump(mode="json")
-        if self.attempt is None:
-            del dumped["attempt"]
+        for optional in ("attempt", "arm"):
+            if dumped[optional] is None:
+                del dumped[optional]
         return dumped
 
 
@@ -102,12 +107,14 @@ def _upgraded_v0(data: Any) -> Any:
     return upgraded
 
 
-def row_key(tag: str, attempt: int | None) -> str:
-    return tag if attempt is None else f"{tag}/attempt-{attempt}"
+def row_key(tag: str, attempt: int | None, arm: str | None = None) -> str:
+    """The row's key, which is also its job root under the jobs dir: ``<tag>[/<agent>][/attempt-<i>]``."""
+    base = tag if arm is None else f"{tag}/{arm}"
+    return base if attempt is None else f"{base}/attempt-{attempt}"
 
 
-def _order(row: LedgerRow) -> tuple[str, int]:
-    return (row.tag, row.attempt or 0)
+def _order(row: LedgerRow) -> tuple[str, str, int]:
+    return (row.tag, row.arm or "", row.attempt or 0)
 
 
 class JournaledLedger(Generic[RowT]):
@@ -235,8 +242,8 @@ class RunLedger(JournaledLedger[LedgerRow]):
     def markdown(self, document: dict[str, Any]) -> str:
         return render_markdown(document)
 
-    def evaluated(self, tag: str, attempt: int | None) -> bool:
-        row = self.rows.get(row_key(tag, attempt))
+    def evaluated(self, tag: str, attempt: int | None, arm: str | None = None) -> bool:
+        row = self.rows.get(row_key(tag, attempt, arm))
         return row is not None and row.evaluated
 
     def document(self) -> dict[str, Any]:
@@ -247,6 +254,8 @@ class RunLedger(JournaledLedger[LedgerRow]):
             document["tasks"] = summaries
             document["suite"] = suite_pass_at_summary(summaries)
         document["cost"] = cost_summary(((row.tag, row) for row in rows), budget_usd=self.budget_usd)
+        if any(row.arm is not None for row in rows):
+            document["comparison"] = agent_comparison((row.tag, row.arm or row.agent or "codex", row) for row in rows)
         return document
 
 
@@ -260,7 +269,8 @@ def render_markdown(document: dict[str, Any]) -> str:
     ]
     for row in document["rows"]:
         resolved = {True: "yes", False: "no", None: "-"}[row["resolved"]]
-        tag = row["tag"] if row.get("attempt") is None else f"{row['tag']} #{row['attempt']}"
+        tag = row["tag"] if row.get("arm") is None else f"{row['tag']} ({row['arm']})"
+        tag = tag if row.get("attempt") is None else f"{tag} #{row['attempt']}"
         sha = (row["patch_sha256"] or "-")[:12]
         lines.append(
             f"| {tag} | {row['state']} | {resolved} | {row['first_failed_phase'] or '-'} | "
@@ -273,6 +283,8 @@ def render_markdown(document: dict[str, Any]) -> str:
         lines += ["", *pass_at_markdown(document["tasks"], document["suite"])]
     if "cost" in document:
         lines += ["", *cost_markdown(document["cost"])]
+    if "comparison" in document:
+        lines += ["", *comparison_markdown(document["comparison"])]
     return "\n".join(lines) + "\n"
 
 

@@ -40,6 +40,7 @@ from reducers.models import (
     Reason,
     Scalar,
 )
+from runner.agents import AgentName
 from runner.context import JobContext
 from runner.errors import (
     BadInputError,
@@ -61,7 +62,7 @@ from runner.containment.descendants import kill_descendants
 from runner.docker_utils import daemon_gone, sweep_strays
 from runner.lock import job_root_lock
 from runner.phases.baseline import baseline
-from runner.phases.codex import codex
+from runner.phases.agent import agent
 from runner.phases.evaluate import evaluate
 from runner.phases.extract import extract
 from runner.phases.patch import export_patch
@@ -117,7 +118,7 @@ _STEP_FUNCTIONS: dict[Phase, Callable[[JobContext], PhaseResult]] = {
     Phase.PRECHECK: precheck,
     Phase.EXTRACT: extract,
     Phase.BASELINE: baseline,
-    Phase.CODEX: codex,
+    Phase.CODEX: agent,
     Phase.PATCH: _patch,
     Phase.EVALUATE: _evaluate,
 }
@@ -130,7 +131,8 @@ def _scalars(details: dict[str, object]) -> dict[str, Scalar]:
 
 
 def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
-    """A job root belongs to one tag, image and source dir: a rerun must resume the same task."""
+    """A job root belongs to one tag, image, source dir and agent: a rerun must resume the same task
+    (another agent would find the first one's attempt recorded ok, and report it as its own)."""
     prepared = load_marker(job.markers, Phase.PREPARE)
     if prepared is None:
         return
@@ -139,6 +141,7 @@ def _check_same_task(job: JobRoot, settings: RunnerSettings) -> None:
         ("--tag", recorded.tag, settings.tag),
         ("--image", recorded.image, settings.image_name),
         ("--source-dir", recorded.source_dir_sha256, source_dir_digest(settings)),
+        ("--agent", recorded.agent or AgentName.CODEX.value, settings.agent.value),
     ):
         if was != wanted:
             raise BadInputError(

@@ -9,7 +9,9 @@ from typing import Any
 
 from reducers.models import PHASE_ORDER, Phase
 from runner import jobroot
-from runner.phases.codex import codex_argv
+from runner.agents import AgentName
+from runner.agents.claude_code import claude_argv, confined
+from runner.agents.codex import codex_argv
 from runner.settings import PATCH_IN_CONTAINER, RunnerSettings
 
 _WHAT = {
@@ -36,6 +38,8 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         Phase.CODEX: codex_argv(  # type: ignore[arg-type]
             settings.codex_bin, jobroot.BUGGY_SOURCE, jobroot.LAST_MESSAGE,
             model=settings.model, profile=settings.codex_profile, overrides=settings.codex_config,
+        ) if settings.agent is AgentName.CODEX else confined(
+            claude_argv(settings.claude_bin, model=settings.model), "bwrap", (jobroot.BUGGY_SOURCE, jobroot.AGENT_HOME),
         ),
         Phase.EXTRACT: ["containers.create", settings.resolved_image, "get_archive", settings.source_dir],
         Phase.EVALUATE: [
@@ -54,6 +58,7 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         "image": settings.resolved_image,
         "eval_network": settings.eval_network.value,
         "eval_probe": list(settings.probe_endpoints),
+        "agent": settings.agent.value,
         "tag_profile": settings.profile.name if settings.profile else None,
         "from_profile": list(settings.profile_fields),
         "codex_timeout_seconds": settings.codex_timeout,

@@ -25,6 +25,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from reducers.models import Frozen
+from runner.agents import DEFAULT_AGENT, AgentName
 from runner.profiles import TagProfile, profile_for
 
 DEFAULT_TAG = "lagent_239"
@@ -85,6 +86,9 @@ ENV_OF_FIELD: dict[str, str] = {
     "tag": "TAG",
     "image": "IMAGE",
     "codex_bin": "CODEX_BIN",
+    "claude_bin": "CLAUDE_BIN",
+    "bwrap_bin": "RUNNER_BWRAP_BIN",
+    "agent": "RUNNER_AGENT",
     "allow_pull": "ALLOW_DOCKER_PULL",
     "precheck_only": "PRECHECK_ONLY",
     "codex_timeout": "RUNNER_CODEX_TIMEOUT",
@@ -268,7 +272,11 @@ class RunnerSettings(Frozen):
     # The image the name resolved to when its batch or submit started (name@sha256:..., or an image id):
     # every phase uses it, so a push to the same tag while the suite runs changes nothing evaluated.
     image_pin: ImageRef | None = None
+    # The agent that makes the attempt (runner.agents): codex, or claude-code.
+    agent: AgentName = DEFAULT_AGENT
     codex_bin: CommandName = "codex"
+    claude_bin: CommandName = "claude"
+    bwrap_bin: CommandName | None = None  # what confines Claude Code (None: bwrap on PATH, else codex's own)
     allow_pull: bool = False
     pull_timeout: Timeout = DEFAULT_PULL_TIMEOUT
     precheck_only: bool = False

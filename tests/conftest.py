@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -308,6 +309,23 @@ def hostile_image(docker_client, stub_image: str) -> Iterator[str]:
         pass
 
 
+@dataclass
+class CompactRun:
+    """A finished ``--execute``: its exit code, job root and stderr, and its two compact files."""
+
+    exit_code: int
+    job: Path
+    stderr: str
+
+    @property
+    def run(self) -> dict:
+        return read_json(self.job / "benchmark_run.compact.json")
+
+    @property
+    def result(self) -> dict:
+        return read_json(self.job / "benchmark_result.compact.json")
+
+
 class RunningCli:
     """``python -m runner`` in the background, its stderr events collected as they come."""
 
@@ -470,6 +488,17 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
             docker_client.images.remove(tag, noprune=True)
         except Exception:
             pass
+
+
+@pytest.fixture
+def canary_base(docker_client) -> Iterator[str]:
+    """The base the canary builds on; the canary's stub images made during the test are removed after."""
+    before = {tag for image in docker_client.images.list("agentissue-runner-stub") for tag in image.tags}
+    yield _base_image(docker_client)
+    for image in docker_client.images.list("agentissue-runner-stub"):
+        for tag in set(image.tags) - before:
+            if ":canary-" in tag:
+                docker_client.images.remove(tag, noprune=False)
 
 
 # The fleet's fixture (workers on a real Redis), for every test file that runs a fleet; imported last,

@@ -35,6 +35,7 @@ from runner.canary.model_server import (
     turn,
     write_codex_home,
 )
+from runner.agents import AgentName, agent_for
 from runner.canary.stub_image import ensure_stub_image
 from runner.docker_utils import connect
 from runner.errors import EnvironmentNotReadyError, ExitCode
@@ -61,18 +62,22 @@ STUB_FIX = (
 RUN_THE_CHECK = "python3 -c 'from calc import mathops; assert mathops.add(2, 3) == 5' && echo CHECK-PASSED"
 
 
-def fix_call() -> dict[str, Any]:
-    return exec_call(apply_patch_command(STUB_FIX))
+# The same fix as a shell command, for an agent whose shell has no apply_patch (Claude Code).
+SHELL_FIX = "sed -i 's/return a - b/return a + b/' calc/mathops.py"
 
 
-def canary_script(job_root: Path, tmp_probe: Path) -> list[dict[str, Any]]:
+def fix_call(agent: AgentName = AgentName.CODEX) -> dict[str, Any]:
+    return exec_call(apply_patch_command(STUB_FIX) if agent is AgentName.CODEX else SHELL_FIX)
+
+
+def canary_script(job_root: Path, tmp_probe: Path, agent: AgentName = AgentName.CODEX) -> list[dict[str, Any]]:
     """The agent's turns: fix, check, then the probes of every guard."""
     probe = (
         f"echo forged > {job_root}/{MARKERS}/canary-probe.json; "
         f"echo forged > {tmp_probe}; "
         'echo "HOME=$HOME"; env'
     )
-    return [turn(fix_call()), turn(exec_call(RUN_THE_CHECK)), turn(exec_call(probe)), turn(message("fixed"))]
+    return [turn(fix_call(agent)), turn(exec_call(RUN_THE_CHECK)), turn(exec_call(probe)), turn(message("fixed"))]
 
 
 def _check(name: str, ok: bool, detail: str) -> Check:
@@ -94,7 +99,8 @@ def _run(settings: RunnerSettings, image: str, scratch: Path) -> tuple[list[Chec
     tmp_probe = Path(tempfile.gettempdir()) / f"runner-canary-{secrets.token_hex(8)}"
     key_value = "canary-" + secrets.token_hex(16)  # stands in for a provider key
     planted = "canary-planted-" + secrets.token_hex(16)  # a secret of the operator's environment
-    with ScriptedModel(canary_script(job, tmp_probe), final_text="fixed") as model:
+    agent = settings.agent
+    with ScriptedModel(canary_script(job, tmp_probe, agent), final_text="fixed") as model:
         codex_home = write_codex_home(scratch / "codex-home", model.base_url)
         env = {
             **{k: v for k, v in os.environ.items() if k not in TASK_ENV | {ENV_OF_FIELD["codex_home"]}},
@@ -106,6 +112,12 @@ def _run(settings: RunnerSettings, image: str, scratch: Path) -> tuple[list[Chec
             f"--codex-bin={settings.codex_bin}", f"--codex-home={codex_home}",
             f"--codex-timeout={CODEX_TIMEOUT}", f"--eval-timeout={EVAL_TIMEOUT}",
         ]
+        if agent is not AgentName.CODEX:  # the same scripted model, in Anthropic's wire format
+            env |= {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": key_value}
+            env.pop("ANTHROPIC_AUTH_TOKEN", None)
+            argv += [f"--agent={agent.value}", f"--claude-bin={settings.claude_bin}"]
+            if settings.bwrap_bin is not None:
+                argv.append(f"--bwrap-bin={settings.bwrap_bin}")
         try:
             done = subprocess.run(argv, env=env, capture_output=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
             exit_code = done.returncode
@@ -114,7 +126,7 @@ def _run(settings: RunnerSettings, image: str, scratch: Path) -> tuple[list[Chec
         requests = model.requests
     run = _read_json(job / BENCHMARK_RUN)
     result = _read_json(job / BENCHMARK_RESULT)
-    codex_log = job / LOGS / "codex.stdout.log"
+    codex_log = job / LOGS / agent_for(agent).stdout_log
     events = codex_log.read_bytes() if codex_log.is_file() else b""
     tmp_written = tmp_probe.exists()
     tmp_probe.unlink(missing_ok=True)
@@ -151,7 +163,10 @@ def run_canary(settings: RunnerSettings) -> tuple[dict[str, Any], int]:
     report: dict[str, Any] = {"mode": "precheck", "canary": True}
     checks: list[Check] = []
     try:
-        report["codex_version"] = codex_version(settings.codex_bin)
+        if settings.agent is AgentName.CODEX:
+            report["codex_version"] = codex_version(settings.codex_bin)
+        else:
+            report["agent"], report["agent_version"] = settings.agent.value, agent_for(settings.agent).version(settings)
         client = connect()
         try:
             image, built = ensure_stub_image(client, settings.canary_base_image)

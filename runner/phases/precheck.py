@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from requests.exceptions import RequestException
 
 from reducers.models import Phase, PrecheckResult
+from runner.agents import AgentName, agent_for
 from runner.codex_config import OPENAI_KEY_VARIABLES, active_provider, operator_home, resolve_codex_home
 from runner.context import JobContext
 from runner.images import task_image
@@ -72,6 +73,8 @@ _PROBE_REFUSALS = {
 # What --allow-unscorable may override: not a missing tree, which nothing could extract.
 _OVERRIDABLE = frozenset({"entrypoint_knows_apply_patch", "entrypoint_knows_test_patched", "tag_scorable"})
 CHECK_NAMES = ("codex_binary", "codex_login", "git_binary", "docker_daemon", "image_present", *_PROBE_BITS, "tag_scorable")
+# The same checks with another agent's two in codex's place (runner.agents).
+CLAUDE_CODE_CHECK_NAMES = ("claude_code_binary", "claude_code_login", *CHECK_NAMES[2:])
 _VERSION_TEXT = re.compile(r"[^A-Za-z0-9 ._+-]")
 
 
@@ -119,6 +122,8 @@ class PrecheckReport(BaseModel):
     healthy: bool
     checks: list[Check]
     codex_version: str | None = None
+    agent: str | None = None  # another agent than codex (runner.agents), and its version
+    agent_version: str | None = None
     image_id: str | None = None
     tag_profile: str | None = None
     refusal: str | None = None
@@ -210,7 +215,7 @@ def codex_login(
 
 
 def _login_status(path: str, home: Path, config: tuple[str, ...]) -> bool:
-    from runner.phases.codex import child_environment  # the same environment codex gets
+    from runner.agents.codex import child_environment  # the same environment codex gets
 
     environment = child_environment(os.environ, codex_home=home if home.is_dir() else None)
     try:
@@ -260,6 +265,26 @@ def host_checks(
     except CodexNotFoundError as e:
         checks.append(Check(name="codex_binary", ok=False, detail=str(e)))
     checks.append(codex_login(codex_bin, codex_home, profile, config, memory))
+    missing_git = git_problem()
+    checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
+    return checks, version
+
+
+def agent_host_checks(settings: RunnerSettings, memory: HostMemory | None = None) -> tuple[list[Check], str | None]:
+    """``host_checks`` for the agent ``settings`` names: codex's own, or another agent's binary and login."""
+    if settings.agent is AgentName.CODEX:
+        return host_checks(settings.codex_bin, settings.codex_home, settings.codex_profile, settings.codex_config,
+                           memory)
+    chosen = agent_for(settings.agent)
+    prefix = chosen.log_name
+    checks: list[Check] = []
+    version: str | None = None
+    try:
+        version = chosen.version(settings)
+        checks.append(Check(name=f"{prefix}_binary", ok=True, detail=f"found, version {version}"))
+    except EnvironmentNotReadyError as e:
+        checks.append(Check(name=f"{prefix}_binary", ok=False, detail=str(e)))
+    checks.append(chosen.login(settings, memory))
     missing_git = git_problem()
     checks.append(Check(name="git_binary", ok=missing_git is None, detail=missing_git or "found"))
     return checks, version
@@ -387,8 +412,7 @@ def run_precheck(
     ``client``: the caller's Docker client, when it has one; otherwise one is made and closed.
     """
     image_id: str | None = None
-    checks, version = host_checks(settings.codex_bin, settings.codex_home, settings.codex_profile, settings.codex_config,
-                                  codex_memory(settings.state_dir or default_state_dir()))
+    checks, version = agent_host_checks(settings, codex_memory(settings.state_dir or default_state_dir()))
     own_client = client is None
     try:
         if client is None:
@@ -409,10 +433,13 @@ def run_precheck(
             client.close()
     checks.append(_scorable_check(settings))
     checks, refusal, overridden = _apply_override(checks, settings.allow_unscorable)
-    healthy = all(check.ok for check in checks) and [c.name for c in checks] == list(CHECK_NAMES)
+    names = CHECK_NAMES if settings.agent is AgentName.CODEX else CLAUDE_CODE_CHECK_NAMES
+    healthy = all(check.ok for check in checks) and [c.name for c in checks] == list(names)
     profile = settings.profile
+    codex = settings.agent is AgentName.CODEX
     return PrecheckReport(
-        healthy=healthy, checks=checks, codex_version=version, image_id=image_id,
+        healthy=healthy, checks=checks, codex_version=version if codex else None,
+        agent=None if codex else settings.agent.value, agent_version=None if codex else version, image_id=image_id,
         tag_profile=profile.name if profile else None, refusal=refusal, unscorable_override=overridden,
     )
 
@@ -437,6 +464,7 @@ def precheck(ctx: JobContext) -> PrecheckResult:
     if failed is not None:
         raise EnvironmentNotReadyError(failed.detail, reason=f"precheck_{failed.name}")
     return PrecheckResult(
-        codex_version=report.codex_version, image_id=report.image_id, checks_passed=len(report.checks),
+        codex_version=report.codex_version, agent=report.agent, agent_version=report.agent_version,
+        image_id=report.image_id, checks_passed=len(report.checks),
         tag_profile=report.tag_profile, refusal=report.refusal, unscorable_override=report.unscorable_override,
     )

@@ -44,4 +44,5 @@ def prepare(ctx: JobContext) -> PrepareResult:
         prompt_sha256=hashlib.sha256(data).hexdigest(),
         prompt_bytes=len(data),
         source_dir_sha256=source_dir_digest(ctx.settings),
+        agent=ctx.settings.agent.value,
     )

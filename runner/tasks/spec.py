@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from reducers.models import Frozen
+from runner.agents import AgentName
 from runner.errors import BadInputError
 from runner.settings import (
     SAFE_HOST_PATH,
@@ -61,6 +62,7 @@ class TaskSpec(Frozen):
     image: ImageRef | None = None  # None: the tag's profile's image, else the default repository's
     image_repository: ImageRepository | None = None  # the repository of a tag's image (its profile's image tag kept)
     image_pin: ImageRef | None = None  # set by the batch or submit (runner.images.pin_image), never a flag
+    agent: AgentName | None = None  # None: codex
     codex_timeout: Timeout | None = None
     extract_timeout: Timeout | None = None
     eval_timeout: Timeout | None = None
@@ -94,6 +96,8 @@ class HostSettings(Frozen):
     """What the host running a task has: its codex, its Docker access, its directories."""
 
     codex_bin: CommandName = "codex"
+    claude_bin: CommandName = "claude"
+    bwrap_bin: CommandName | None = None
     codex_home: Path | None = None
     allow_pull: bool = False
     pull_timeout: Timeout = DEFAULT_PULL_TIMEOUT

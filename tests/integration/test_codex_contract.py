@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.phases.codex import codex_argv
+from runner.agents.codex import codex_argv
 from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.codex_contract

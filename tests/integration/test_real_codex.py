@@ -34,7 +34,7 @@ from runner.canary.model_server import (
     write_codex_home,
 )
 from runner.canary.run import RUN_THE_CHECK, fix_call
-from tests.conftest import IN_CI, log_events, make_job_root, read_json, run_cli, stub_args
+from tests.conftest import IN_CI, CompactRun, log_events, make_job_root, read_json, run_cli, stub_args
 
 SHIPPED_CARD = Path(__file__).resolve().parents[2] / "runner" / "data" / "rate_card.toml"
 # Dollars per million tokens of the scripted model, for the tests' own --rate-card.
@@ -66,20 +66,9 @@ def real_codex() -> Path:
 
 
 @dataclass
-class Run:
-    exit_code: int
-    job: Path
-    requests: int
-    stderr: str
+class Run(CompactRun):
+    requests: int = 0
     completed: int = 0  # responses the model sent whole, usage and all
-
-    @property
-    def run(self) -> dict:
-        return read_json(self.job / "benchmark_run.compact.json")
-
-    @property
-    def result(self) -> dict:
-        return read_json(self.job / "benchmark_result.compact.json")
 
     def codex_events(self) -> str:
         return (self.job / "logs" / "codex.stdout.log").read_text(errors="replace")
@@ -100,7 +89,7 @@ def run_scripted(tmp_path: Path, stub_image: str, real_codex: Path) -> Iterator:
                      **(env or {})},
             )
             requests, completed = model.requests, model.completed
-        return Run(done.returncode, job, requests, done.stderr, completed)
+        return Run(done.returncode, job, done.stderr, requests, completed)
 
     yield run
 
@@ -333,19 +322,6 @@ def _canary(real_codex: Path, base: str, codex_bin: Path | None = None) -> tuple
                    timeout=900)
     assert done.stdout, done.stderr[-2000:]
     return done.returncode, json.loads(done.stdout)
-
-
-@pytest.fixture
-def canary_base(docker_client) -> Iterator[str]:
-    """The base the canary builds on; the canary's stub images made during the test are removed after."""
-    from tests.conftest import _base_image
-
-    before = {tag for image in docker_client.images.list("agentissue-runner-stub") for tag in image.tags}
-    yield _base_image(docker_client)
-    for image in docker_client.images.list("agentissue-runner-stub"):
-        for tag in set(image.tags) - before:
-            if ":canary-" in tag:
-                docker_client.images.remove(tag, noprune=False)
 
 
 def test_the_canary_is_healthy_on_this_host(real_codex: Path, canary_base: str) -> None:

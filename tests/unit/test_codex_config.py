@@ -14,7 +14,7 @@ from runner.codex_config import (
     resolve_codex_home,
 )
 from runner.errors import BadInputError
-from runner.phases.codex import child_environment, codex_argv
+from runner.agents.codex import child_environment, codex_argv
 from runner.tasks.spec import load_settings
 
 

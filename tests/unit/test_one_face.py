@@ -43,10 +43,10 @@ def test_a_mistyped_flag_names_the_closest_real_one(argv: list[str], typed: str,
     assert f"{typed}: did you mean {meant}?" in done.stderr
 
 
-@pytest.mark.parametrize("argv", [["--precheck", "--agent", "bob"], ["--execute", "--job", "/tmp/j"],
+@pytest.mark.parametrize("argv", [["--precheck", "--agent-use", "bob"], ["--execute", "--job", "/tmp/j"],
                                   ["worker", "--broker", "redis://127.0.0.1:1/0", "--jobs-dir", ".", "--heartbeat", "3"]])
 def test_no_flag_is_taken_by_its_prefix(argv: list[str]) -> None:
-    """argparse's abbreviations read --agent X as --agent-user X; here an unknown flag is an error."""
+    """argparse's abbreviations read --agent-use X as --agent-user X; here an unknown flag is an error."""
     done = run_cli(*argv, env=NO_DOCKER)
     assert done.returncode == 2 and "unrecognized arguments" in done.stderr
 

@@ -25,7 +25,7 @@ from runner.errors import PhaseError
 from runner.journal import PhaseClock, load_marker, write_marker
 from runner.phases.precheck import CHECK_NAMES
 from runner.pipeline import STEPS, phase_failure
-from runner.phases import baseline, codex, evaluate, extract, patch, precheck, prepare, reduce
+from runner.phases import agent, baseline, evaluate, extract, patch, precheck, prepare, reduce
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_every_reason_the_runner_can_record_is_in_the_enum() -> None:
 @pytest.mark.parametrize(
     ("phase", "entry"),
     [(Phase.PREPARE, prepare.prepare), (Phase.PRECHECK, precheck.precheck), (Phase.EXTRACT, extract.extract),
-     (Phase.BASELINE, baseline.baseline), (Phase.CODEX, codex.codex), (Phase.PATCH, patch.export_patch),
+     (Phase.BASELINE, baseline.baseline), (Phase.CODEX, agent.agent), (Phase.PATCH, patch.export_patch),
      (Phase.EVALUATE, evaluate.evaluate), (Phase.REDUCE, reduce.reduce_job)],
 )
 def test_each_phase_returns_its_contract(phase: Phase, entry: typing.Callable) -> None:

@@ -101,6 +101,7 @@ def test_a_batch_names_a_bad_repeated_tag_as_typed(tmp_path: Path) -> None:
 
 
 SAMPLE = {"TAG": "t_9", "IMAGE": "img:9", "CODEX_BIN": "/x/codex", "ALLOW_DOCKER_PULL": "1", "PRECHECK_ONLY": "1",
+          "CLAUDE_BIN": "/x/claude", "RUNNER_AGENT": "claude-code", "RUNNER_BWRAP_BIN": "/x/bwrap",
           "RUNNER_CODEX_TIMEOUT": "91", "RUNNER_EXTRACT_TIMEOUT": "93", "RUNNER_EVAL_TIMEOUT": "92",
           "RUNNER_EVAL_NETWORK": "none",
           "CONTAINER_BUGGY_SOURCE": "/src/9", "PATCH_APPLY_SH": "apply 9", "PATCH_TEST_SH": "test 9",
