@@ -156,13 +156,15 @@ def _fits(step: list[StreamItem], item: StreamItem) -> bool:
     return item.kind in TOOL_KINDS or item.kind == REASONING and AGENT_MESSAGE not in kinds
 
 
-def _step_of(event: RawEvent, steps: list[Step]) -> int:
-    """The step holding the item just before ``event`` (0: it came before any item)."""
-    seen = 0
+def _step_of(event: RawEvent, preamble: int, steps: list[Step]) -> int:
+    """The step holding the item just before ``event`` (0: it came before any step's item)."""
+    if event.after_items <= preamble:
+        return 0
+    seen = preamble
     for step in steps:
         seen += len(step.items)
         if event.after_items <= seen:
-            return step.number if event.after_items else 0
+            return step.number
     return len(steps)
 
 
@@ -183,7 +185,7 @@ def build_trajectory(stream: ExecStream, record: SessionRecord | None, *, model:
         steps = [replace(s, usage=r.usage, cost_usd=price(r.usage, model, card) if card else None, timestamp=r.timestamp)
                  for s, r in zip(steps, known)]
     usage = stream.usage if stream.reported_usage else _sum([r.usage for r in known])
-    raw = tuple((_step_of(event, steps), event) for event in stream.raw_events)
+    raw = tuple((_step_of(event, len(preamble), steps), event) for event in stream.raw_events)
     return Trajectory(
         steps=tuple(steps), preamble=tuple(preamble), usage=usage, cost_usd=price(usage, model, card) if card else None, model=model,
         thread_id=stream.thread_id, raw_events=raw, codex_turns=len(stream.turns),
