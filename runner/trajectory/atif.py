@@ -23,8 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.codex_usage import TokenCounts
-from runner.errors import BadInputError, first_problem
-from runner.trajectory.attempt import AttemptView, NoEventStreamError
+from runner.errors import InvalidTrajectoryError, NoEventStreamError, first_problem
+from runner.trajectory.attempt import AttemptView
 from runner.trajectory.events import AGENT_MESSAGE, COMMAND, FILE_CHANGE, REASONING, TOOL_CALL, RawEvent, StreamItem
 from runner.trajectory.model import Step, display_command
 
@@ -138,10 +138,6 @@ class AtifTrajectory(_Strict):
                     raise ValueError(f"steps[{i - 1}]: observation source_call_id {result.source_call_id!r} "
                                      "names no tool call of its step")
         return self
-
-
-class InvalidTrajectoryError(BadInputError):
-    reason = "invalid_atif"
 
 
 def validate_atif(document: object) -> AtifTrajectory:

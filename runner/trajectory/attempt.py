@@ -18,7 +18,7 @@ from reducers.errors import CompactInputError
 from reducers.markers import marker_filename, read_marker
 from reducers.models import PHASE_ORDER, Marker, Phase
 from runner.bounded_read import read_bounded, read_tail
-from runner.errors import BadInputError, UnreadableFileError
+from runner.errors import BadInputError, NotAJobRootError, UnreadableFileError
 from runner.jobroot import PROMPT, JobRoot, written_run
 from runner.lock import LOCK_NAME
 from runner.phases.codex import PRIVATE_CODEX_HOME, STDOUT_LOG
@@ -33,18 +33,6 @@ PROMPT_MAX_BYTES = 1 << 20
 PATCH_MAX_BYTES = 64 << 20  # the patch phase's own bound
 LOG_TAIL_BYTES = 16 << 10
 EVAL_LOGS = (APPLY_LOG, APPLY_STDERR_LOG, TEST_LOG, TEST_STDERR_LOG)
-
-
-class NotAJobRootError(BadInputError):
-    """The directory given holds no attempt (no prompt, no markers, no logs)."""
-
-    reason = "not_a_job_root"
-
-
-class NoEventStreamError(BadInputError):
-    """The attempt has no codex event stream to read (codex never ran, or its log is gone)."""
-
-    reason = "no_event_stream"
 
 
 @dataclass(frozen=True)

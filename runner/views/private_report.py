@@ -20,9 +20,9 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from runner.errors import BadInputError
+from runner.errors import BadInputError, NotAJobRootError
 from runner.pricing import RateCard
-from runner.trajectory.attempt import AttemptView, NotAJobRootError, read_attempt
+from runner.trajectory.attempt import AttemptView, read_attempt
 from runner.trajectory.timeline import Line, timeline
 from runner.views.document import suite_document
 from runner.views.model import TaskRow

@@ -17,7 +17,8 @@ import pytest
 
 from runner.codex_usage import TokenCounts
 from runner.pricing import parse_rate_card
-from runner.trajectory.atif import InvalidTrajectoryError, to_atif, tokens_of, validate_atif
+from runner.errors import InvalidTrajectoryError
+from runner.trajectory.atif import to_atif, tokens_of, validate_atif
 from runner.trajectory.attempt import AttemptView
 from runner.trajectory.events import COMMAND, FILE_CHANGE, read_exec_stream
 from runner.trajectory.model import build_trajectory, display_command, runs_tests
