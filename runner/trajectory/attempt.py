@@ -181,7 +181,7 @@ def read_attempt(path: Path, *, card: RateCard | None, tail_lines: int = 20) -> 
     trajectory = None
     if stream is not None:
         record = read_session_record(job.agent_home / PRIVATE_CODEX_HOME, root=root)
-        trajectory = build_trajectory(stream, record, model=model, card=card)
+        trajectory = build_trajectory(stream, record, model=model, card=card, tree=str(job.buggy_source))
         if codex is not None and codex.details.cost_known:  # the cost the run itself priced and recorded
             trajectory = replace(trajectory, cost_usd=codex.details.cost_usd)
     patch = None

@@ -168,11 +168,21 @@ def _step_of(event: RawEvent, preamble: int, steps: list[Step]) -> int:
     return len(steps)
 
 
+def _relative(item: StreamItem, tree: str | None) -> StreamItem:
+    """A file change's paths relative to the agent's tree (codex reports them absolute)."""
+    if tree is None or not item.changes:
+        return item
+    prefix = tree.rstrip("/") + "/"
+    return replace(item, changes=tuple(replace(c, path=c.path.removeprefix(prefix)) for c in item.changes))
+
+
 def build_trajectory(stream: ExecStream, record: SessionRecord | None, *, model: str | None,
-                     card: RateCard | None) -> Trajectory:
-    """The steps, their usage and cost (on ``card``, when it knows ``model``), the run's totals."""
+                     card: RateCard | None, tree: str | None = None) -> Trajectory:
+    """The steps, their usage and cost (on ``card``, when it knows ``model``), the run's totals;
+    file paths relative to ``tree`` (the agent's working directory) where they are under it."""
     model = model or (record.model if record else None)
     responses, items = _responses_of(stream, record)
+    items = [_relative(item, tree) for item in items]
     preamble, groups = _group(responses, items)
     steps: list[Step] = []
     known = record.responses if record is not None else []
