@@ -109,10 +109,10 @@ def _private_report(args: argparse.Namespace) -> tuple[str, int, int]:
         raise BadInputError("report --private needs --jobs-dir DIR (the job roots are read from this host)")
     if args.output_format != "html":
         raise BadInputError("report --private is HTML only")
-    jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir")
-    rows = rows_from_jobs_dir(jobs_dir)
-    text = build_private_report(jobs_dir, rows, title=args.title or "local batch",
-                                private_texts=view_private_texts([str(jobs_dir)]), card=load_rate_card(args.rate_card))
+    rows, budget, private, default_title = _rows(args)
+    text = build_private_report(ensure_dir(args.jobs_dir, "--jobs-dir"), rows, title=args.title or default_title,
+                                private_texts=view_private_texts(private), card=load_rate_card(args.rate_card),
+                                budget=budget)
     return text, len(rows), sum(1 for row in rows if row.unreadable is not None)
 
 
@@ -138,8 +138,9 @@ def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     except OSError as e:
         raise EnvironmentNotReadyError(f"cannot write --out ({e.strerror or type(e).__name__})") from e
     counted = {"patches": count} if kind == "eval" else {"tasks": count}
-    return ({"mode": "report", **({"private": True} if args.private else {}), "ledger": kind, "format": args.output_format, **counted, "unreadable": unreadable,
-             "out": args.out.name}, int(ExitCode.COMPLETED))
+    return ({"mode": "report", **({"private": True} if args.private else {}), "ledger": kind,
+             "format": args.output_format, **counted, "unreadable": unreadable, "out": args.out.name},
+            int(ExitCode.COMPLETED))
 
 
 def main(argv: list[str] | None = None) -> int:

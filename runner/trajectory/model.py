@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from runner.codex_usage import USAGE_FIELDS, TokenCounts
 from runner.pricing import RateCard, price

@@ -20,6 +20,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
+from reducers.costs import BudgetFigures
 from runner.errors import BadInputError, NotAJobRootError
 from runner.pricing import RateCard
 from runner.trajectory.attempt import AttemptView, read_attempt
@@ -94,9 +95,9 @@ def row_root(jobs_dir: Path, row: TaskRow) -> Path:
 
 
 def build_private_report(jobs_dir: Path, rows: list[TaskRow], *, title: str, private_texts: list[str],
-                         card: RateCard, tail_lines: int = 200) -> str:
+                         card: RateCard, budget: BudgetFigures | None = None, tail_lines: int = 200) -> str:
     """The whole private report's HTML (its first line says it is private)."""
-    doc = suite_document(title, rows, private_texts)
+    doc = suite_document(title, rows, private_texts, budget=budget)
     sections, index = [], []
     for row in sorted(rows, key=lambda r: (r.tag, r.attempt)):
         if row.kind != "task" or row.unreadable is not None:

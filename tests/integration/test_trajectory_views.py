@@ -11,7 +11,6 @@ and no public file, page or metric does.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import subprocess
