@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from reducers.models import Phase
@@ -124,16 +125,22 @@ def show_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def show_main(argv: list[str] | None = None) -> int:
-    args = show_parser().parse_args(argv)
+def _command(prog: str, parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int],
+             argv: list[str] | None) -> int:
+    """Both commands answer alike: a refusal is one line and its exit code; Ctrl-C is 130."""
+    args = parser.parse_args(argv)
     configure_logging()
     signals.interrupt_from_now_on()
     try:
-        return show(args)
+        return body(args)
     except REFUSALS as e:
-        return refused("runner show", e)
+        return refused(prog, e)
     except KeyboardInterrupt:
         return int(ExitCode.INTERRUPTED)
+
+
+def show_main(argv: list[str] | None = None) -> int:
+    return _command("runner show", show_parser(), show, argv)
 
 
 # -- export -------------------------------------------------------------------------------------------
@@ -167,7 +174,7 @@ def _write(path: Path, document: dict[str, Any]) -> None:
         raise EnvironmentNotReadyError(f"cannot write {path.name} ({e.strerror or type(e).__name__})") from e
 
 
-def export(args: argparse.Namespace) -> dict[str, Any]:
+def export_documents(args: argparse.Namespace) -> dict[str, Any]:
     card = load_rate_card(args.rate_card)
     if args.jobs_dir is not None and not args.tag:
         if args.out is None:
@@ -205,16 +212,12 @@ def export_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def export_main(argv: list[str] | None = None) -> int:
-    args = export_parser().parse_args(argv)
-    configure_logging()
-    signals.interrupt_from_now_on()
-    try:
-        report = export(args)
-    except REFUSALS as e:
-        return refused("runner export", e)
-    except KeyboardInterrupt:
-        return int(ExitCode.INTERRUPTED)
-    if report:
+def export(args: argparse.Namespace) -> int:
+    report = export_documents(args)
+    if report:  # what was written goes to stderr: stdout is the document when there is no --out
         print(json.dumps(report), file=sys.stderr)
     return int(ExitCode.COMPLETED)
+
+
+def export_main(argv: list[str] | None = None) -> int:
+    return _command("runner export", export_parser(), export, argv)

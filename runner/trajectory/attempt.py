@@ -224,8 +224,9 @@ def attempt_root(jobs_dir: Path, tag: str, attempt: int | None) -> Path:
     if not base.is_dir():
         raise BadInputError(f"--jobs-dir {base.name or str(base)} is not a directory")
     root = base / tag
-    if attempt is not None:
-        return root / f"attempt-{attempt}"
+    if attempt is not None:  # a batch without --attempts keeps DIR/<tag>, and its ledger calls it attempt 1
+        numbered = root / f"attempt-{attempt}"
+        return root if attempt == 1 and not numbered.is_dir() else numbered
     attempts = sorted(p.name for p in root.glob("attempt-*") if p.is_dir()) if root.is_dir() else []
     if len(attempts) > 1:
         raise BadInputError(f"{tag} has {len(attempts)} attempts ({', '.join(attempts)}): say which with --attempt I")

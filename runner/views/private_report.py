@@ -23,7 +23,7 @@ from pygments.lexers import DiffLexer
 from reducers.costs import BudgetFigures
 from runner.errors import BadInputError, NotAJobRootError
 from runner.pricing import RateCard
-from runner.trajectory.attempt import AttemptView, read_attempt
+from runner.trajectory.attempt import AttemptView, attempt_root, read_attempt
 from runner.trajectory.timeline import Line, timeline
 from runner.views.document import suite_document
 from runner.views.model import TaskRow
@@ -88,12 +88,6 @@ def attempt_section(row: TaskRow, view: AttemptView | None, anchor: str) -> str:
     return "".join(parts)
 
 
-def row_root(jobs_dir: Path, row: TaskRow) -> Path:
-    """A ledger row's job root: ``DIR/<tag>/attempt-<i>`` when there is one, else ``DIR/<tag>``."""
-    attempt = jobs_dir / row.tag / f"attempt-{row.attempt}"
-    return attempt if attempt.is_dir() else jobs_dir / row.tag
-
-
 def build_private_report(jobs_dir: Path, rows: list[TaskRow], *, title: str, private_texts: list[str],
                          card: RateCard, budget: BudgetFigures | None = None, tail_lines: int = 200) -> str:
     """The whole private report's HTML (its first line says it is private)."""
@@ -104,7 +98,7 @@ def build_private_report(jobs_dir: Path, rows: list[TaskRow], *, title: str, pri
             continue
         anchor = f"attempt-{row.tag}-{row.attempt}"
         try:
-            view = read_attempt(row_root(jobs_dir, row), card=card, tail_lines=tail_lines)
+            view = read_attempt(attempt_root(jobs_dir, row.tag, row.attempt), card=card, tail_lines=tail_lines)
         except NotAJobRootError:
             view = None
         sections.append(attempt_section(row, view, anchor))
