@@ -18,6 +18,7 @@ from reducers.errors import CompactInputError
 from reducers.markers import marker_filename, read_marker
 from reducers.models import PHASE_ORDER, Marker, Phase
 from runner.bounded_read import read_bounded, read_tail
+from runner.containment.run_owner import stat_fields
 from runner.errors import BadInputError, NotAJobRootError, UnreadableFileError
 from runner.jobroot import PROMPT, JobRoot, written_run
 from runner.lock import LOCK_NAME
@@ -108,7 +109,11 @@ def read_markers_tolerant(markers_dir: Path) -> dict[Phase, Marker]:
 
 
 def lock_holder_alive(root: Path) -> bool:
-    """Whether the runner that last locked this job root still lives (read from the lock file, never locked)."""
+    """Whether the runner that last locked this job root still lives (read from the lock file, never locked:
+    taking even a shared lock could make a runner starting now refuse the job root as busy).
+
+    A pid reused by another program is not a runner: the holder's command line must name the runner.
+    """
     try:
         fd = os.open(root / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -119,12 +124,15 @@ def lock_holder_alive(root: Path) -> bool:
         os.close(fd)
     if not text.isdigit():
         return False
+    fields = stat_fields(text)
+    if not fields or fields[0] == "Z":
+        return False
     try:
-        with open(f"/proc/{text}/stat", "rb") as handle:
-            state = handle.read().rsplit(b")", 1)[-1].split()[:1]
+        with open(f"/proc/{text}/cmdline", "rb") as handle:
+            words = handle.read(1 << 16).split(b"\0")
     except OSError:
         return False
-    return state != [b"Z"]
+    return b"runner" in words or any(word.endswith((b"/runner", b"agentissue-runner")) for word in words)
 
 
 def _text_or_none(path: Path, root: Path, max_bytes: int) -> str | None:

@@ -186,3 +186,26 @@ def test_the_atif_validator_holds_the_rfc_rules(tmp_path: Path) -> None:
         change(broken)
         with pytest.raises(InvalidTrajectoryError, match=problem):
             validate_atif(broken)
+
+
+def test_a_running_attempt_is_known_by_its_lock_holder_which_must_be_a_runner(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from runner.lock import LOCK_NAME
+    from runner.trajectory.attempt import lock_holder_alive
+
+    assert not lock_holder_alive(tmp_path)  # no lock file: nothing ever ran here
+    runner_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "runner"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / LOCK_NAME).write_text(f"{runner_like.pid}\n")
+        assert lock_holder_alive(tmp_path)
+        (tmp_path / LOCK_NAME).write_text(f"{other.pid}\n")  # a pid reused by another program
+        assert not lock_holder_alive(tmp_path)
+    finally:
+        for process in (runner_like, other):
+            process.kill()
+            process.wait()
+    (tmp_path / LOCK_NAME).write_text(f"{runner_like.pid}\n")  # the runner has ended
+    assert not lock_holder_alive(tmp_path)
