@@ -166,13 +166,13 @@ def item_from(raw: Mapping[str, Any], *, completed: bool, earlier: StreamItem | 
     codex_type = raw.get("type") or raw.get("item_type") or "unknown"
     kind = _ITEM_KINDS.get(str(codex_type), str(codex_type))
     text = _text(raw.get("text")) or _text(raw.get("message")) or _text(raw.get("content")) or _text(raw.get("summary"))
+    milliseconds = _seconds(raw.get("duration_ms"))
     found = StreamItem(
         id=str(item_id), kind=kind, status=raw.get("status") if isinstance(raw.get("status"), str) else None,
         text=text, command=_command(raw.get("command")),
         output=_text(raw.get("aggregated_output")) if raw.get("aggregated_output") is not None else _text(raw.get("output")),
         exit_code=_int(raw.get("exit_code")), changes=_changes(raw.get("changes")),
-        duration_seconds=_seconds(raw.get("duration_ms")) / 1000 if _seconds(raw.get("duration_ms")) is not None
-        else _seconds(raw.get("duration")),
+        duration_seconds=milliseconds / 1000 if milliseconds is not None else _seconds(raw.get("duration")),
         completed=completed, raw=dict(raw),
     )
     if kind == TOOL_CALL and found.command is None:  # an MCP call or a search: name what was called
@@ -197,7 +197,7 @@ class _Reader:
         else:
             self.stream.items[at] = item
 
-    def _raw(self, line: int, event: Any, why: str) -> None:
+    def keep_raw(self, line: int, event: Any, why: str) -> None:
         self.stream.raw_events.append(RawEvent(line, len(self.stream.items), event, why))
 
     def _end_turn(self, turn: CodexTurn) -> None:
@@ -209,7 +209,7 @@ class _Reader:
 
     def feed(self, line: int, event: Any) -> None:
         if not isinstance(event, dict):
-            self._raw(line, event, "unknown_event")
+            self.keep_raw(line, event, "unknown_event")
             return
         if isinstance(event.get("msg"), dict) and "type" not in event:
             self._legacy(line, event, event["msg"])
@@ -231,17 +231,17 @@ class _Reader:
         elif kind in ("item.started", "item.updated", "item.completed"):
             raw = event.get("item")
             if not isinstance(raw, dict):
-                self._raw(line, event, "unknown_item")
+                self.keep_raw(line, event, "unknown_item")
                 return
             item_id = str(raw.get("id"))
             earlier = self.stream.items[self._index[item_id]] if item_id in self._index else None
             item = item_from(raw, completed=kind == "item.completed", earlier=earlier)
             if item is None:
-                self._raw(line, event, "unknown_item")
+                self.keep_raw(line, event, "unknown_item")
                 return
             self._put(item)
         else:
-            self._raw(line, event, "unknown_event")
+            self.keep_raw(line, event, "unknown_event")
 
     def _legacy(self, line: int, event: dict, msg: dict) -> None:
         """The envelope codex used before the ``thread.*`` stream."""
@@ -289,7 +289,7 @@ class _Reader:
         elif kind == "error":
             self.stream.errors.append(_text(msg.get("message")) or "")
         else:
-            self._raw(line, event, "unknown_event")
+            self.keep_raw(line, event, "unknown_event")
 
 
 def read_exec_stream(path: Path, *, root: Path) -> ExecStream:
@@ -306,7 +306,7 @@ def read_exec_stream(path: Path, *, root: Path) -> ExecStream:
     for line in iter_bounded_lines(path, root=root, max_line_bytes=MAX_LINE, max_total_bytes=MAX_STREAM_BYTES):
         reader.stream.lines = line.number
         if line.data is None:
-            reader._raw(line.number, None, "too_long")
+            reader.keep_raw(line.number, None, "too_long")
             continue
         if not line.data.strip():
             continue
@@ -316,7 +316,7 @@ def read_exec_stream(path: Path, *, root: Path) -> ExecStream:
             if not line.terminated:
                 reader.stream.torn_tail = True
                 continue
-            reader._raw(line.number, line.data.decode("utf-8", errors="replace"), "not_json")
+            reader.keep_raw(line.number, line.data.decode("utf-8", errors="replace"), "not_json")
             continue
         reader.feed(line.number, event)
     return reader.stream

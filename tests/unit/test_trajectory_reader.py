@@ -209,3 +209,23 @@ def test_a_running_attempt_is_known_by_its_lock_holder_which_must_be_a_runner(tm
             process.wait()
     (tmp_path / LOCK_NAME).write_text(f"{runner_like.pid}\n")  # the runner has ended
     assert not lock_holder_alive(tmp_path)
+
+
+def test_no_public_view_imports_the_private_ones() -> None:
+    """The status page, worker --http, /metrics, the public report and the public writer know nothing
+    of the private views, so none can serve, link or embed them."""
+    import ast
+
+    runner = Path(__file__).resolve().parents[2] / "runner"
+    public = [runner / "public.py", runner / "fleet" / "views.py", runner / "fleet" / "worker.py",
+              *(p for p in (runner / "views").glob("*.py") if p.name != "private_report.py")]
+    for path in public:
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        private = sorted(m for m in imported if m.startswith(("runner.trajectory", "runner.show_command"))
+                         or m == "runner.views.private_report")
+        assert not private, f"{path.name} imports {private}"
