@@ -218,6 +218,8 @@ def to_atif(view: AttemptView, *, codex_version: str | None) -> dict[str, Any]:
     usage = trajectory.usage
     extra: dict[str, Any] = {"tag": view.tag, "terminal_state": view.terminal_state, "resolved": view.resolved,
                              "running": view.running}
+    if trajectory.errors:  # codex's stream-level errors and failed turns: no step holds them
+        extra["codex_errors"] = list(trajectory.errors)
     if trajectory.preamble or raw_by_step.get(0):
         extra["codex_raw"] = [*({"item": dict(item.raw)} for item in trajectory.preamble),
                               *(_raw(event) for event in raw_by_step.get(0, []))]

@@ -80,7 +80,7 @@ class Trajectory:
     raw_events: tuple[tuple[int, RawEvent], ...] = ()  # (step number, event); step 0: before the first step
     codex_turns: int = 0
     failed_turns: int = 0
-    errors: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()  # codex's stream-level errors and failed turns' messages, in order
     from_session_record: bool = False
     usage_reported: bool = False  # codex reported its usage (its turn ended), not only the session record
 
@@ -199,6 +199,8 @@ def build_trajectory(stream: ExecStream, record: SessionRecord | None, *, model:
     return Trajectory(
         steps=tuple(steps), preamble=tuple(preamble), usage=usage, cost_usd=price(usage, model, card) if card else None, model=model,
         thread_id=stream.thread_id, raw_events=raw, codex_turns=len(stream.turns),
-        failed_turns=sum(1 for t in stream.turns if t.failed), errors=tuple(stream.errors),
+        failed_turns=sum(1 for t in stream.turns if t.failed),
+        errors=tuple([*stream.errors, *(t.error for t in stream.turns if t.failed and t.error
+                                        and t.error not in stream.errors)]),
         from_session_record=record is not None and bool(record.response_of), usage_reported=stream.reported_usage,
     )

@@ -129,6 +129,9 @@ def summary_lines(view: AttemptView) -> list[Line]:
         lines.append(Line(f"  tokens {tokens_text(trajectory.usage)}, {dollars(trajectory.cost_usd)}"
                           + ("" if trajectory.usage_reported else " (from the session record; codex reported none)"),
                           ""))
+        if trajectory.failed_turns:
+            lines.append(Line(f"codex: {trajectory.failed_turns} turn(s) failed", "bold red"))
+        lines += [Line(f"  codex error: {error}", "red") for error in trajectory.errors]
     if view.patch is not None:
         added = sum(a for _, a, _ in view.patch.files)
         removed = sum(r for _, _, r in view.patch.files)

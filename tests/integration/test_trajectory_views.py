@@ -267,11 +267,13 @@ def test_show_on_a_failed_attempt_names_the_model_failure(tmp_path: Path, stub_i
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == f"attempt {TAG}: runner_failed (failed_codex_codex_model_error)"
     assert _parsed_steps(shown.stdout)[0][1] == [("echo first turn", 0)]
-    assert "codex error" in shown.stdout or "failed" in shown.stdout
+    assert "codex: 1 turn(s) failed" in shown.stdout and "  codex error: " in shown.stdout
     assert "evaluation: not run" in shown.stdout
     atif = run_cli("export", "--format", "atif", "--job-root", str(job))
     assert atif.returncode == 0, atif.stderr
-    validate_atif(json.loads(atif.stdout))
+    document = json.loads(atif.stdout)
+    validate_atif(document)
+    assert document["extra"]["codex_errors"]  # the provider's failure, kept
 
 
 def test_show_follow_prints_steps_as_they_happen_and_exits_when_the_attempt_ends(

@@ -89,7 +89,11 @@ def test_a_failed_turn_is_counted_from_the_session_record(tmp_path: Path) -> Non
     assert _shape(trajectory) == [([], [("echo first turn", 0)], [])]
     assert trajectory.failed_turns == 1 and not trajectory.usage_reported
     assert trajectory.usage == PER_RESPONSE  # the one response the model completed
-    assert trajectory.errors and "high demand" in trajectory.errors[0]
+    assert trajectory.errors == ("We’re currently experiencing high demand, which may cause temporary errors.",)
+    document = to_atif(AttemptView(root=tmp_path, tag="t", prompt="p", trajectory=trajectory), codex_version=None)
+    assert document["extra"]["codex_errors"] == list(trajectory.errors)
+    lines = [line.text for line in timeline(AttemptView(root=tmp_path, tag="t", prompt="p", trajectory=trajectory))]
+    assert "codex: 1 turn(s) failed" in lines
 
 
 def test_tests_the_agent_ran_are_named_and_a_failing_one_shows_its_output(tmp_path: Path) -> None:
@@ -191,6 +195,7 @@ def test_the_atif_validator_holds_the_rfc_rules(tmp_path: Path) -> None:
 def test_a_running_attempt_is_known_by_its_lock_holder_which_must_be_a_runner(tmp_path: Path) -> None:
     import subprocess
     import sys
+    import time
 
     from runner.lock import LOCK_NAME
     from runner.trajectory.attempt import lock_holder_alive
@@ -199,6 +204,12 @@ def test_a_running_attempt_is_known_by_its_lock_holder_which_must_be_a_runner(tm
     runner_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "runner"])
     other = subprocess.Popen(["sleep", "30"])
     try:
+        for process in (runner_like, other):  # until each has exec'd (a forked child still shows pytest's argv)
+            for _ in range(500):
+                if Path(f"/proc/{process.pid}/exe").resolve().name != Path(sys.executable).resolve().name \
+                        or b"runner" in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+                    break
+                time.sleep(0.01)
         (tmp_path / LOCK_NAME).write_text(f"{runner_like.pid}\n")
         assert lock_holder_alive(tmp_path)
         (tmp_path / LOCK_NAME).write_text(f"{other.pid}\n")  # a pid reused by another program
