@@ -149,6 +149,26 @@ def read_bounded(path: Path, *, root: Path, max_bytes: int) -> bytes:
         os.close(fd)
 
 
+def read_tail(path: Path, *, root: Path, max_bytes: int) -> tuple[bytes, bool]:
+    """The last ``max_bytes`` of the regular file at ``path`` (inside ``root``), and whether
+    that is not the whole file.
+
+    Raises:
+        UnreadableFileError: missing, outside the root, not a regular file, or an I/O error.
+    """
+    name = public_name(path, root)
+    fd, opened = _open_regular(path, root)
+    try:
+        start = max(0, opened.st_size - max_bytes)
+        try:
+            data = os.pread(fd, max_bytes, start)
+        except OSError:
+            raise _refused(name, Unreadable.IO_ERROR) from None
+        return data, start > 0
+    finally:
+        os.close(fd)
+
+
 def _depth_exceeds(value: Any, max_depth: int) -> bool:
     """Is ``value`` nested deeper than ``max_depth`` containers? Iterative: no recursion to exhaust."""
     stack: list[tuple[Any, int]] = [(value, 1)]

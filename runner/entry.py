@@ -45,6 +45,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("status", "runner.fleet.commands", "status_main", "a fleet suite's ledger across every host"),
     Command("cancel", "runner.fleet.commands", "cancel_main", "drop a suite's queued tasks, interrupt its running ones"),
     Command("report", "runner.report_command", "main", "an offline HTML (or Markdown) report: a batch, a suite, an evaluation"),
+    Command("show", "runner.show_command", "show_main", "one attempt as a timeline, for the operator (private; --follow)"),
+    Command("export", "runner.show_command", "export_main", "an attempt in Harbor's trajectory format (--format atif; private)"),
     Command("audit", "runner.audit", "main", "the gold-patch audit: which tags a run can trust"),
     Command("evaluate", "runner.score_patches", "main", "score patches made anywhere (DIR/<tag>/*.patch) by the official rule"),
     Command("task", "runner.tasks.process", "main", "a supervisor's child (not for operators)", hidden=True),

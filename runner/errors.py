@@ -69,6 +69,21 @@ class UnreadableFileError(BadInputError):
         super().__init__(f"{name} is unreadable ({unreadable.value}): {hint}")
 
 
+class NotAJobRootError(BadInputError):
+    """``show``/``export``: the directory given holds no attempt (no prompt, no markers, no logs).
+
+    Its ``reason`` stays ``bad_input``, as every refusal of the private views: none reaches a marker.
+    """
+
+
+class NoEventStreamError(BadInputError):
+    """``export``: the attempt has no codex event stream to read (codex never ran, or its log is gone)."""
+
+
+class InvalidTrajectoryError(BadInputError):
+    """A document that is not an ATIF trajectory (``runner.trajectory.atif.validate_atif``); names the first problem."""
+
+
 class EnvironmentNotReadyError(RunnerError):
     """The host cannot run the job: Docker down, image absent, codex missing."""
 

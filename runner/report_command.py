@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", dest="output_format", choices=["html", "markdown"], default="html")
     parser.add_argument("--title", help="the report's title (default: the suite's name, 'local batch' or "
                         "'patch evaluation')")
+    parser.add_argument("--private", action="store_true",
+                        help="with --jobs-dir: the operator's private report: the suite report plus every attempt's "
+                        "timeline, patch and evaluation log (--out must say private, e.g. private-report.html; "
+                        "never publish it)")
+    parser.add_argument("--rate-card", type=Path, metavar="FILE", help="with --private: prices per model "
+                        "(default: the shipped card)")
     parser.add_argument("--ledger", choices=["auto", "runs", "eval"], default="auto",
                         help="with --jobs-dir: the batch's run ledger or evaluate's eval-ledger (auto: the one "
                         "the directory holds)")
@@ -93,13 +99,32 @@ def _rows(args: argparse.Namespace) -> tuple[list[TaskRow], BudgetFigures | None
     return rows, budget, [args.broker], f"suite {args.suite}"
 
 
+def _private_report(args: argparse.Namespace) -> tuple[str, int, int]:
+    """The private report of a local batch: never a suite's from the broker (its job roots are on other hosts)."""
+    from runner.pricing import load_rate_card
+    from runner.views.private_report import build_private_report, check_private_name
+
+    check_private_name(args.out)
+    if args.jobs_dir is None or args.suite or args.broker:
+        raise BadInputError("report --private needs --jobs-dir DIR (the job roots are read from this host)")
+    if args.output_format != "html":
+        raise BadInputError("report --private is HTML only")
+    rows, budget, private, default_title = _rows(args)
+    text = build_private_report(ensure_dir(args.jobs_dir, "--jobs-dir"), rows, title=args.title or default_title,
+                                private_texts=view_private_texts(private), card=load_rate_card(args.rate_card),
+                                budget=budget)
+    return text, len(rows), sum(1 for row in rows if row.unreadable is not None)
+
+
 def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """Raises: BadInputError, BrokerUnavailableError, EnvironmentNotReadyError (``--out`` cannot be written),
     CompactInputError (an eval-ledger that cannot be read)."""
     if signals.pending() is not None:  # a signal while the runner started: python -m runner kept it until now
         signals.raise_interrupt(signals.pending() or 0, None)
-    jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir") if args.jobs_dir is not None else None
-    if jobs_dir is not None and _ledger_kind(args, jobs_dir) == "eval":
+    jobs_dir = ensure_dir(args.jobs_dir, "--jobs-dir") if args.jobs_dir is not None and not args.private else None
+    if args.private:
+        (text, count, unreadable), kind = _private_report(args), "runs"
+    elif jobs_dir is not None and _ledger_kind(args, jobs_dir) == "eval":
         if args.suite or args.broker:
             raise BadInputError("give --jobs-dir DIR, or --suite NAME --broker URL, not both")
         (text, count), unreadable, kind = _eval_report(args, jobs_dir), 0, "eval"
@@ -108,13 +133,14 @@ def report(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         text = build_report(rows, title=args.title or default_title, output_format=args.output_format,
                             private_texts=view_private_texts(private), budget=budget)
         count, unreadable, kind = len(rows), sum(1 for row in rows if row.unreadable is not None), "runs"
-    try:
-        write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"))
+    try:  # the private report too is the operator's file (0600), never a public one
+        write_bytes_atomic(args.out.expanduser(), text.encode("utf-8"), mode=0o600 if args.private else 0o644)
     except OSError as e:
         raise EnvironmentNotReadyError(f"cannot write --out ({e.strerror or type(e).__name__})") from e
     counted = {"patches": count} if kind == "eval" else {"tasks": count}
-    return ({"mode": "report", "ledger": kind, "format": args.output_format, **counted, "unreadable": unreadable,
-             "out": args.out.name}, int(ExitCode.COMPLETED))
+    return ({"mode": "report", **({"private": True} if args.private else {}), "ledger": kind,
+             "format": args.output_format, **counted, "unreadable": unreadable, "out": args.out.name},
+            int(ExitCode.COMPLETED))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,6 +141,26 @@ class PatchCounter:
         return self.counts
 
 
+def diffstat(text: bytes) -> list[tuple[str, int, int]]:
+    """(path, lines added, lines removed) per file of a whole patch held in memory (the private views)."""
+    files: list[tuple[str, int, int]] = []
+    path, added, removed, in_hunk = None, 0, 0, False
+    for line in text.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            if path is not None:
+                files.append((path, added, removed))
+            path, added, removed, in_hunk = _diff_path(line), 0, 0, False
+        elif line.startswith(b"@@ "):
+            in_hunk = True
+        elif in_hunk and line.startswith(b"+"):
+            added += 1
+        elif in_hunk and line.startswith(b"-"):
+            removed += 1
+    if path is not None:
+        files.append((path, added, removed))
+    return files
+
+
 def count_patch(text: bytes) -> dict[str, int]:
     """The header counts of a whole patch held in memory (the audit's gold patch)."""
     counter = PatchCounter()

@@ -72,6 +72,11 @@ def _pass_headers(doc: dict[str, Any]) -> list[str]:
 
 
 def render_html(doc: dict[str, Any]) -> str:
+    return page(doc["title"], report_body(doc))
+
+
+def report_body(doc: dict[str, Any]) -> str:
+    """The report's HTML body (the private report puts its attempts after it)."""
     rows = doc["rows"]
     summary = doc["summary"]
     tags = sorted({row["tag"] for row in rows})
@@ -109,7 +114,7 @@ def render_html(doc: dict[str, Any]) -> str:
         + "<h2>Tasks</h2>"
         + tasks_table(doc)
     )
-    return page(doc["title"], body)
+    return body
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
