@@ -123,10 +123,13 @@ def claude_argv(claude_path: str, *, model: str | None = None) -> list[str]:
 
 
 def confined(argv: list[str], bwrap: str, writable: tuple[Path, ...]) -> list[str]:
-    """``argv`` inside bubblewrap: everything read-only, a private ``/tmp``, ``writable`` writable."""
+    """``argv`` inside bubblewrap: everything read-only, a private ``/tmp``, ``writable`` writable.
+
+    The shell prefix is bound in again read-only after the private ``/tmp``: the runner may be
+    installed (or cloned) under ``/tmp``, and every command the agent runs starts in that script."""
     binds = [arg for path in writable for arg in ("--bind", str(path), str(path))]
-    return [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/tmp", *binds,
-            "--die-with-parent", "--", *argv]
+    return [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/tmp",
+            "--ro-bind", str(SHELL_PREFIX), str(SHELL_PREFIX), *binds, "--die-with-parent", "--", *argv]
 
 
 def child_environment(environ: dict[str, str] | os._Environ[str], home: Path) -> dict[str, str]:

@@ -55,6 +55,10 @@ def test_claude_code_runs_read_only_but_for_its_tree_and_home(tmp_path: Path) ->
     assert argv[argv.index("--tmpfs") + 1] == "/tmp"
     binds = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
     assert binds == [str(tree), str(home)] and argv[-3:] == ["--", "claude", "-p"]
+    # the shell prefix every command starts in stays visible even when the runner lives under /tmp
+    # (a clone there: CI's), since the private /tmp would hide it
+    ro = [i for i, arg in enumerate(argv) if arg == "--ro-bind" and argv[i + 1] == str(SHELL_PREFIX)]
+    assert ro and ro[0] > argv.index("--tmpfs")
 
 
 def test_claude_codes_environment_is_an_allowlist_with_the_key_dropped_from_its_commands(tmp_path: Path) -> None:
