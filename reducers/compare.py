@@ -19,7 +19,8 @@ def agent_comparison(rows: Iterable[tuple[str, str, TaskFacts]]) -> dict[str, An
     """(tag, agent, facts) rows as ``{"agents": {agent: summary}, "tags": {tag: {agent: resolved}}}``.
 
     An agent's summary: its tasks, how many were scored and resolved, its resolved rate over
-    the scored ones, pass@k over its tags, its tokens and its cost (per tag, per resolved task).
+    the scored ones, pass@k over its tags, its tokens and its cost (per tag, per resolved task),
+    and ``per_tag``: each tag's attempts, n, c and pass@k for this agent alone.
     """
     by_agent: dict[str, list[tuple[str, TaskFacts]]] = {}
     tags: dict[str, dict[str, bool | None]] = {}
@@ -32,6 +33,7 @@ def agent_comparison(rows: Iterable[tuple[str, str, TaskFacts]]) -> dict[str, An
         scored = [facts for _tag, facts in ran if facts.scored]
         resolved = sum(bool(facts.resolved) for facts in scored)
         summaries = tag_pass_at([(tag, facts.scored, bool(facts.resolved)) for tag, facts in ran])
+        cost = cost_summary(own)
         agents[agent] = {
             "tasks": len(own),
             "scored": len(scored),
@@ -41,7 +43,9 @@ def agent_comparison(rows: Iterable[tuple[str, str, TaskFacts]]) -> dict[str, An
             "input_tokens": sum(facts.input_tokens for _tag, facts in ran),
             "cached_input_tokens": sum(facts.cached_input_tokens for _tag, facts in ran),
             "output_tokens": sum(facts.output_tokens for _tag, facts in ran),
-            "cost": cost_summary(own),
+            "cost": cost,
+            "per_tag": {item["tag"]: {**{k: v for k, v in item.items() if k != "tag"},
+                                      "cost_usd": cost["per_tag_usd"].get(item["tag"])} for item in summaries},
         }
     return {"agents": agents, "tags": {tag: dict(sorted(row.items())) for tag, row in sorted(tags.items())}}
 

@@ -39,6 +39,8 @@ def task_row(suite: str, row: LedgerRow) -> TaskRow:
         wall_seconds=row.wall_seconds,
         tokens={"input": row.input_tokens, "cached_input": row.cached_input_tokens, "output": row.output_tokens},
         cost_usd=row.cost_usd,
+        agent=row.agent,
+        image=row.image_digest or row.image_id,
     )
 
 

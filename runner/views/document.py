@@ -12,7 +12,7 @@ from typing import Any
 from reducers.costs import BudgetFigures
 from runner.views.model import HealthReport, TaskRow, TaskState
 from runner.views.public import public_document
-from runner.views.stats import summarize, tag_summaries
+from runner.views.stats import agents_side_by_side, compared_agents, summarize, tag_summaries
 
 
 def outcome(row: TaskRow) -> str:
@@ -24,8 +24,18 @@ def outcome(row: TaskRow) -> str:
     return row.state.value
 
 
-def _row_view(row: TaskRow) -> dict[str, Any]:
+def _label(row: TaskRow, *, with_agent: bool) -> str:
+    """How charts and tables name a row: ``tag #attempt``, a patch's name, or a place in a file
+    (attempt 0, ``ledger-row-3``); with the agent when the suite compares agents."""
+    if row.patch:
+        return f"{row.tag} {row.patch}"
+    base = f"{row.tag} #{row.attempt}" if row.attempt else row.tag
+    return f"{base} {row.agent}" if with_agent and row.agent else base
+
+
+def _row_view(row: TaskRow, *, with_agent: bool = False) -> dict[str, Any]:
     return {
+        "label": _label(row, with_agent=with_agent),
         "suite": row.suite,
         "kind": row.kind,
         "tag": row.tag,
@@ -42,6 +52,8 @@ def _row_view(row: TaskRow) -> dict[str, Any]:
         "wall_seconds": row.wall_seconds,
         "tokens": dict(row.tokens),
         "cost_usd": row.cost_usd,
+        "agent": row.agent,
+        "image": row.image,
         "unreadable": row.unreadable.value if row.unreadable is not None else None,
     }
 
@@ -70,6 +82,7 @@ def suite_document(
     """The public document of a suite (or a batch): totals, per-tag pass@k, one entry per task."""
     rows = sorted(rows, key=lambda row: row.key)
     summary = summarize(rows, budget=budget)
+    with_agent = bool(compared_agents(rows))
     document = {
         "title": title,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -83,6 +96,7 @@ def suite_document(
             {**tag.model_dump(exclude={"pass_at"}), "pass_at": _str_keys(tag.pass_at)}
             for tag in tag_summaries(rows)
         ],
-        "rows": [_row_view(row) for row in rows],
+        "agents": agents_side_by_side(rows),
+        "rows": [_row_view(row, with_agent=with_agent) for row in rows],
     }
     return public_document(title, document, private_texts)

@@ -27,6 +27,8 @@ _SUITE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 _TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}$"  # runner.settings.SAFE_TAG
 _HOST = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _LABEL = r"^[a-z0-9_]{1,128}$"
+_AGENT = r"^[a-z0-9][a-z0-9-]{0,31}$"  # runner.agents.AgentName's spelling
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
 
@@ -75,6 +77,9 @@ class TaskRow(Frozen):
     wall_seconds: float | None = Field(default=None, ge=0)
     tokens: dict[str, int] = Field(default_factory=dict)
     cost_usd: float | None = Field(default=None, ge=0)  # on the rate card; None: unknown or not run
+    agent: str | None = Field(default=None, pattern=_AGENT)  # who made the attempt; None: unknown (or a patch scored)
+    # The image the attempt ran on, as pinned: its repo digest, or its id for an image built here.
+    image: str | None = Field(default=None, pattern=_DIGEST)
     unreadable: Unreadable | None = None  # why, for an unreadable row (and only for one)
 
     @model_validator(mode="after")
@@ -82,6 +87,12 @@ class TaskRow(Frozen):
         if (self.state is TaskState.UNREADABLE) != (self.unreadable is not None):
             raise ValueError("an unreadable row, and only one, gives its reason (unreadable)")
         return self
+
+    @field_validator("image", mode="before")
+    @classmethod
+    def _digest_alone(cls, value: object) -> object:
+        """A ledger holds ``repository@sha256:...``; the page shows the digest alone (no registry host)."""
+        return value.rpartition("@")[2] if isinstance(value, str) else value
 
     @field_validator("phase_seconds")
     @classmethod
@@ -104,8 +115,9 @@ class TaskRow(Frozen):
         return value
 
     @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.suite, self.tag, self.attempt)
+    def key(self) -> tuple[str, str, int, str]:
+        """A suite that compares agents holds one row per (tag, attempt) for each of them."""
+        return (self.suite, self.tag, self.attempt, self.agent or "")
 
     @property
     def spent_tokens(self) -> bool:
@@ -124,13 +136,13 @@ class StatusSource(Protocol):
 class SnapshotSource:
     """A thread-safe in-memory ``StatusSource``: a worker (or a test) pushes, the server reads.
 
-    A row is keyed by (suite, tag, attempt); ``upsert`` replaces the earlier one.
+    A row is keyed by (suite, tag, attempt, agent); ``upsert`` replaces the earlier one.
     """
 
     def __init__(self, health: HealthReport, rows: list[TaskRow] | None = None) -> None:
         self._lock = threading.Lock()
         self._health = health
-        self._rows: dict[tuple[str, str, int], TaskRow] = {}
+        self._rows: dict[tuple[str, str, int, str], TaskRow] = {}
         for row in rows or []:
             self._rows[row.key] = row
 

@@ -43,7 +43,7 @@ def states_chart(doc: dict[str, Any]) -> str:
 
 def tasks_table(doc: dict[str, Any]) -> str:
     headers = ["suite", "kind", "tag", "attempt / patch", "state", "host", "phase", "verdict", "failure label",
-               *TIMED_PHASES, "wall", "tokens in", "tokens out", "cost"]
+               *TIMED_PHASES, "wall", "tokens in", "tokens out", "cost", "agent", "image"]
     rows = []
     for row in doc["rows"]:
         cells = [
@@ -54,17 +54,27 @@ def tasks_table(doc: dict[str, Any]) -> str:
             *(esc(fmt_seconds(row["phase_seconds"].get(phase))) for phase in TIMED_PHASES),
             esc(fmt_seconds(row["wall_seconds"])),
             esc(row["tokens"].get("input", 0)), esc(row["tokens"].get("output", 0)),
-            esc(fmt_dollars(row.get("cost_usd"))),
+            esc(fmt_dollars(row.get("cost_usd"))), esc(row["agent"] or "-"), image_cell(row["image"]),
         ]
         rows.append(cells)
     return table(headers, rows, css_class="tasks", raw=True)
 
 
+def short_image(image: str | None) -> str:
+    """``sha256:`` and the first 12 hex digits, as ``docker images`` shows an id."""
+    return image[:19] if image else "-"
+
+
+def image_cell(image: str | None) -> str:
+    """The short digest, the whole one in the cell's title (the document's rows carry it whole)."""
+    if not image:
+        return "-"
+    return f'<span class="image" title="{esc(image)}" data-image="{esc(image)}">{esc(short_image(image))}</span>'
+
+
 def task_label(row: dict[str, Any]) -> str:
-    """``tag #attempt``; a row standing for a place in a file (attempt 0, ``ledger-row-3``) is its name alone."""
-    if row.get("patch"):  # an evaluation unit: its patch
-        return f"{row['tag']} {row['patch']}"
-    return f"{row['tag']} #{row['attempt']}" if row["attempt"] else row["tag"]
+    """The row's name in charts and tables, as the document made it (``runner.views.document``)."""
+    return row["label"]
 
 
 def unreadable_rows(doc: dict[str, Any]) -> list[list[str]]:

@@ -15,7 +15,9 @@ import structlog
 from reducers.costs import BudgetFigures
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
-from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
+from runner.views.pages import (
+    summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section,
+)
 from runner.views.render import bar_chart, esc, fmt_dollars, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
 
 log = structlog.get_logger(__name__)
@@ -67,6 +69,57 @@ def _cost_tag_rows(doc: dict[str, Any]) -> list[list[str]]:
     return [[tag, fmt_dollars(value)] for tag, value in doc["summary"]["cost"]["per_tag_usd"].items()]
 
 
+def _grid_label(doc: dict[str, Any], row: dict[str, Any]) -> str:
+    """A tag's line in the tag x attempt grid; one line per agent when the suite compares agents."""
+    return f"{row['tag']} {row['agent']}" if doc["agents"] and row["agent"] else row["tag"]
+
+
+def _agent_ks(doc: dict[str, Any]) -> list[str]:
+    return sorted({k for side in doc["agents"]["agents"].values() for k in side["pass_at"]["mean_pass_at"]}, key=int)
+
+
+def _agent_headers(doc: dict[str, Any]) -> list[str]:
+    return ["agent", "tasks", "scored", "resolved", "resolved rate", *(f"pass@{k}" for k in _agent_ks(doc)),
+            "tokens in", "tokens out", "cost", "per resolved task"]
+
+
+def _agent_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """Per agent: the batch ledger's comparison (``reducers.compare``), as the report shows it."""
+    ks = _agent_ks(doc)
+    return [[agent, str(side["tasks"]), str(side["scored"]), str(side["resolved"]), fmt_rate(side["resolved_rate"]),
+             *(fmt_rate(side["pass_at"]["mean_pass_at"].get(k)) for k in ks),
+             f"{side['input_tokens']:,}", f"{side['output_tokens']:,}", fmt_dollars(side["cost"]["total_usd"]),
+             fmt_dollars(side["cost"]["per_resolved_usd"])]
+            for agent, side in doc["agents"]["agents"].items()]
+
+
+def _agent_tag_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """Per tag, each agent's c of n resolved, its pass@1 and its cost ('-': the agent did not run the tag)."""
+    sides = doc["agents"]["agents"]
+    tags = sorted({tag for side in sides.values() for tag in side["per_tag"]})
+    rows = []
+    for tag in tags:
+        cells = [tag]
+        for side in sides.values():
+            own = side["per_tag"].get(tag)
+            cells.append("-" if own is None else
+                         f"{own['resolved']}/{own['scored']} resolved, pass@1 {fmt_rate(own['pass_at'].get('1'))}, "
+                         f"{fmt_dollars(own['cost_usd'])}")
+        rows.append(cells)
+    return rows
+
+
+def _agents_html(doc: dict[str, Any]) -> str:
+    if not doc["agents"]:
+        return ""
+    rates = [(agent, side["resolved_rate"] or 0.0, f"{agent}: {fmt_rate(side['resolved_rate'])} resolved")
+             for agent, side in doc["agents"]["agents"].items()]
+    return ("<h2>Agents side by side</h2>"
+            + bar_chart("resolved-rate-by-agent", rates, maximum=1.0, value_text=fmt_rate, color="#00838f")
+            + table(_agent_headers(doc), _agent_rows(doc), css_class="agents")
+            + table(["tag", *doc["agents"]["agents"]], _agent_tag_rows(doc), css_class="agents-per-tag"))
+
+
 def _pass_headers(doc: dict[str, Any]) -> list[str]:
     return ["tag", "attempts", "scored (n)", "resolved (c)", *(f"pass@{k}" for k in _k_columns(doc))]
 
@@ -79,9 +132,9 @@ def report_body(doc: dict[str, Any]) -> str:
     """The report's HTML body (the private report puts its attempts after it)."""
     rows = doc["rows"]
     summary = doc["summary"]
-    tags = sorted({row["tag"] for row in rows})
+    tags = sorted({_grid_label(doc, row) for row in rows})
     attempts = sorted({row["attempt"] for row in rows})
-    cells = {(row["tag"], row["attempt"]): row["outcome"] for row in rows}
+    cells = {(_grid_label(doc, row), row["attempt"]): row["outcome"] for row in rows}
     by_attempt = [(f"attempt {k}", v, f"attempt {k}: {fmt_rate(v)} resolved") for k, v in summary["rate_by_attempt"].items()]
     pass_bars = [(f"pass@{k}", v, f"pass@{k} = {fmt_rate(v)}") for k, v in summary["pass_at"].items()]
     labels = [(label, float(count), f"{label}: {count}") for label, count in summary["failure_labels"]]
@@ -93,6 +146,7 @@ def report_body(doc: dict[str, Any]) -> str:
         "rates count finished tasks; pass@k uses the unbiased estimator 1 - C(n-c,k)/C(n,k) over the attempts "
         "without an infrastructure failure</p>"
         + summary_cards(doc)
+        + _agents_html(doc)
         + "<h2>Resolved per tag and attempt</h2>"
         + grid_chart("resolved-by-tag-attempt", tags, attempts, cells)
         + '<p class="muted">resolved rate by attempt (scored attempts only)</p>'
@@ -131,6 +185,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
                        [[str(s["tasks"]), *(str(v) for v in s["by_state"].values()), str(s["resolved"]),
                          fmt_rate(s["resolved_rate"]), fmt_rate(s["resolved_rate_excluding_infra"]),
                          str(s["infra_failures"]), *(str(v) for v in s["tokens"].values())]])
+    if doc["agents"]:
+        lines += ["## Agents side by side", ""]
+        lines += _md_table(_agent_headers(doc), _agent_rows(doc))
+        lines += _md_table(["tag", *doc["agents"]["agents"]], _agent_tag_rows(doc))
     lines += ["## Resolved rate by attempt", ""]
     lines += _md_table(["attempt", "resolved rate"], [[k, fmt_rate(v)] for k, v in s["rate_by_attempt"].items()])
     lines += ["## pass@k", ""]
@@ -143,6 +201,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _md_table(["task", "outcome", *TIMED_PHASES, "wall"],
                        [[task_label(r), r["outcome"], *(fmt_seconds(r["phase_seconds"].get(p)) for p in TIMED_PHASES),
                          fmt_seconds(r["wall_seconds"])] for r in doc["rows"]])
+    if any(r["image"] for r in doc["rows"]):
+        lines += ["## Images", ""]
+        lines += _md_table(["task", "agent", "image"],
+                           [[task_label(r), r["agent"] or "-", r["image"] or "-"] for r in doc["rows"]])
     lines += ["## Tokens per task", ""]
     lines += _md_table(["task", "input", "cached input", "output", "cost"],
                        [[task_label(r), *(str(r["tokens"].get(k, 0)) for k in ("input", "cached_input", "output")),

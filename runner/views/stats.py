@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from reducers.compare import agent_comparison
 from reducers.costs import BudgetFigures, cost_summary
 from reducers.models import Frozen
-
+from reducers.outcome import TaskFacts
 from reducers.passk import attempt_counts, pass_at_table, suite_pass_at
 from runner.views.model import FINISHED_STATES, TOKEN_KINDS, TaskRow, TaskState
 
@@ -96,3 +97,23 @@ def summarize(rows: list[TaskRow], *, budget: BudgetFigures | None = None) -> Su
             for attempt, group in sorted(by_attempt.items())
         },
     )
+
+
+def compared_agents(rows: list[TaskRow]) -> list[str]:
+    """The agents a suite's task rows name, when there are two or more (a suite that compares them)."""
+    agents = sorted({row.agent for row in rows if row.kind == "task" and row.agent})
+    return agents if len(agents) > 1 else []
+
+
+def agents_side_by_side(rows: list[TaskRow]) -> dict[str, Any] | None:
+    """``reducers.compare.agent_comparison`` over the rows, the batch ledger's own arithmetic; None for one agent."""
+    if not compared_agents(rows):
+        return None
+    facts = [
+        (row.tag, row.agent, TaskFacts(
+            state=row.state, resolved=row.resolved, infra_failure=bool(row.infra_failure), cost_usd=row.cost_usd,
+            input_tokens=row.tokens.get("input", 0), cached_input_tokens=row.tokens.get("cached_input", 0),
+            output_tokens=row.tokens.get("output", 0), agent=row.agent))
+        for row in rows if row.kind == "task" and row.agent and row.state is not TaskState.UNREADABLE
+    ]
+    return agent_comparison(facts)

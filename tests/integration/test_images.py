@@ -104,6 +104,12 @@ def test_a_batch_pulls_pinned_images_and_keeps_its_own_under_the_budget(
     task_logs = "".join(path.read_text() for path in (jobs / ".batch-logs").iterdir())
     assert "image_pull_progress" in task_logs and "image_pinned" in done.stderr
     assert str(tmp_path) not in json.dumps(summary)
+    # the report names each task's image by the digest pushed for its tag
+    assert run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "r.md"), "--format", "markdown",
+                   ).returncode == 0
+    shown = (tmp_path / "r.md").read_text()
+    assert all(f"| {tag} #1 | codex | {digests[tag]} |" in shown for tag in TAGS), shown
+    assert registry.host not in shown  # the digest alone, not the registry's address
 
     listed = run_cli("--images", "list", "--state-dir", str(state))
     assert listed.returncode == 0, listed.stderr

@@ -273,6 +273,19 @@ def test_one_batch_compares_both_agents_on_the_same_tags(tmp_path: Path, stub_im
     assert comparison["tags"] == {tag: {"claude-code": True, "codex": True} for tag in tags}
     markdown = (jobs / "run-ledger.md").read_text()
     assert "## Agents side by side" in markdown and "| stub_a (claude-code) |" in markdown
+    # the suite report compares them too, from the same ledger with the same arithmetic
+    assert run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "r.md"), "--format", "markdown",
+                   ).returncode == 0
+    report = (tmp_path / "r.md").read_text()
+    for agent in ("codex", "claude-code"):
+        side = comparison["agents"][agent]
+        assert (f"| {agent} | 4 | 4 | 4 | 100.0% | 100.0% | {side['input_tokens']:,} | {side['output_tokens']:,} |"
+                in report), report
+    assert all(f"| {tag} | 1/1 resolved, pass@1 100.0%" in report for tag in tags), report
+    assert run_cli("report", "--jobs-dir", str(jobs), "--out", str(tmp_path / "r.html")).returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    assert 'data-chart="resolved-rate-by-agent"' in page and 'class="agents-per-tag"' in page
+    assert all(f'data-label="{tag} {agent}"' in page for tag in tags for agent in ("codex", "claude-code"))
 
 
 def test_the_canary_checks_claude_code_on_this_host(real_claude: Path, canary_base: str) -> None:

@@ -81,6 +81,9 @@ def test_pass_at_k_per_tag_over_attempts() -> None:
         {"state": "unreadable"},  # an unreadable row says why
         {"unreadable": "too_large"},  # and only an unreadable row does
         {"state": "unreadable", "unreadable": "/etc/passwd is a link"},  # from the closed set only
+        {"agent": "Codex CLI"},  # the agents' own spelling only
+        {"image": "registry.example:5000/repo:latest"},  # a digest or an id, never a name
+        {"image": "sha256:" + "0" * 63},
     ],
 )
 def test_task_rows_refuse_what_could_leak_into_a_label_or_the_page(bad: dict) -> None:
@@ -116,6 +119,8 @@ def test_snapshot_source_keeps_one_row_per_task_and_attempt() -> None:
     source.upsert(TaskRow(suite="s", tag="t", attempt=1, state=TaskState.DONE, resolved=True))
     source.upsert(TaskRow(suite="s", tag="t", attempt=2, state=TaskState.QUEUED))
     assert [(row.attempt, row.state) for row in source.rows()] == [(1, TaskState.DONE), (2, TaskState.QUEUED)]
+    source.upsert(TaskRow(suite="s", tag="t", attempt=1, state=TaskState.QUEUED, agent="claude-code"))
+    assert len(source.rows()) == 3  # another agent's attempt 1 is another task
 
 
 def test_metrics_count_a_finished_task_once_and_again_only_when_its_result_changes() -> None:
@@ -159,6 +164,49 @@ def test_a_worker_counts_only_its_own_hosts_tasks_from_a_suite_wide_source() -> 
     metrics.sync(rows, health)
     assert metrics.registry.get_sample_value("runner_tasks_resolved_total") == 2
     assert metrics.registry.get_sample_value("runner_tasks", {"state": "done"}) == 5
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_a_row_shows_its_image_by_digest_alone_and_the_tasks_table_shortens_it() -> None:
+    from runner.views.report import render_html, render_markdown
+
+    row = TaskRow(suite="s", tag="t", attempt=1, state=TaskState.DONE, resolved=True, agent="codex",
+                  image=f"127.0.0.1:5000/agentissue-bench@{DIGEST}")
+    assert row.image == DIGEST
+    document = suite_document("s", [row], [])
+    assert document["rows"][0]["image"] == DIGEST and document["agents"] is None  # one agent: nothing to compare
+    html = render_html(document)
+    assert f'data-image="{DIGEST}">{DIGEST[:19]}</span>' in html and "Agents side by side" not in html
+    assert f"| t #1 | codex | {DIGEST} |" in render_markdown(document)
+
+
+def test_a_suite_of_two_agents_keeps_their_rows_apart_and_compares_them_per_tag() -> None:
+    from runner.views.report import render_markdown
+
+    def row(tag: str, attempt: int, agent: str, resolved: bool, cost: float) -> TaskRow:
+        return TaskRow(suite="s", tag=tag, attempt=attempt, state=TaskState.DONE, resolved=resolved, agent=agent,
+                       cost_usd=cost, tokens={"input": 100, "output": 10})
+
+    rows = [row("t_a", 1, "codex", True, 0.5), row("t_a", 2, "codex", False, 0.5),
+            row("t_a", 1, "claude-code", True, 1.0), row("t_b", 1, "codex", False, 0.25),
+            row("t_b", 1, "claude-code", True, 1.0),
+            TaskRow(suite="s", tag="t_b", attempt=2, state=TaskState.FAILED, infra_failure=True, agent="claude-code")]
+    source = SnapshotSource(HealthReport(checks=[], taking_work=True, slots_busy=0, slots_total=1), rows)
+    assert len(source.rows()) == 6  # (tag, attempt) alone would fold t_a #1 of both agents into one
+    document = suite_document("s", source.rows(), [])
+    sides = document["agents"]["agents"]
+    assert list(sides) == ["claude-code", "codex"]
+    codex, claude = sides["codex"], sides["claude-code"]
+    assert (codex["scored"], codex["resolved"], codex["resolved_rate"]) == (3, 1, round(1 / 3, 4))
+    assert (claude["tasks"], claude["scored"], claude["resolved"], claude["resolved_rate"]) == (3, 2, 2, 1.0)
+    assert codex["per_tag"]["t_a"]["pass_at"] == {"1": 0.5, "2": 1.0} and codex["per_tag"]["t_a"]["cost_usd"] == 1.0
+    assert claude["per_tag"]["t_b"]["scored"] == 1  # the infrastructure failure says nothing of the agent
+    assert {r["label"] for r in document["rows"]} >= {"t_a #1 codex", "t_a #1 claude-code"}
+    markdown = render_markdown(document)
+    assert "| claude-code | 3 | 2 | 2 | 100.0% |" in markdown
+    assert ("| t_a | 1/1 resolved, pass@1 100.0%, $1.0000 | 1/2 resolved, pass@1 50.0%, $1.0000 |" in markdown), markdown
 
 
 def test_the_document_and_the_report_carry_the_ledgers_cost_summary() -> None:
