@@ -13,7 +13,10 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +143,61 @@ def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Pa
     assert metrics["cost_known"] is True and metrics["cost_usd"] == pytest.approx(expected)
     marker = read_json(done.job / "result-markers" / "codex.json")
     assert marker["details"]["agent"] == "claude-code" and marker["details"]["turns"] >= 4
+
+
+class Listener:
+    """A TCP port listening on the host's 127.0.0.1, counting the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def __enter__(self) -> Listener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_claude_code_reaches_its_model_but_its_commands_have_no_network(run_scripted) -> None:
+    """A port listening on the host's loopback: Claude Code's API calls go out, its commands' connections do not."""
+    with Listener() as listener:
+        reach = (
+            f"(exec 3<>/dev/tcp/127.0.0.1/{listener.port}) 2> net.txt; echo \"bash-exit=$?\" >> net.txt; "
+            f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {listener.port}), timeout=3)' "
+            "2>> net.txt; echo \"python-exit=$?\" >> net.txt; echo NET-TRIED"
+        )
+        done = run_scripted([turn(exec_call(reach)), turn(SHELL_FIX), turn(exec_call(RUN_THE_CHECK)), turn(message("fixed"))])
+        assert listener.accepted == 0, "a command of the agent connected to the host's loopback"
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=3):
+            pass  # the control: the port took connections from outside the agent's commands
+        deadline = time.monotonic() + 5
+        while listener.accepted == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listener.accepted == 1
+    assert done.exit_code == 0, done.stderr[-3000:]
+    assert done.requests >= 4  # every response of the conversation reached Claude Code over the network
+    assert done.result["terminal_state"] == "resolved"
+    tried = (done.job / "buggy-source" / "net.txt").read_text()
+    assert "Network is unreachable" in tried and "bash-exit=1" in tried and "python-exit=1" in tried, tried
+    events = done.events()
+    assert "NET-TRIED" in events and "CHECK-PASSED" in events
 
 
 def test_a_failing_provider_is_an_infrastructure_failure(run_scripted) -> None:
