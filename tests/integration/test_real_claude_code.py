@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
 import socket
@@ -81,8 +82,8 @@ def _claude_args(job: Path, image: str, claude: Path, *extra: str) -> list[str]:
 
 @pytest.fixture
 def run_scripted(tmp_path: Path, stub_image: str, real_claude: Path) -> Iterator:
-    def run(script, *extra: str, env: dict[str, str] | None = None) -> Run:
-        job = make_job_root(tmp_path, PROMPT)
+    def run(script, *extra: str, env: dict[str, str] | None = None, under: Path | None = None) -> Run:
+        job = make_job_root(under or tmp_path, PROMPT)
         if callable(script):
             script = script(job)
         with ScriptedModel(script, per_conversation=True) as model:
@@ -97,44 +98,58 @@ def run_scripted(tmp_path: Path, stub_image: str, real_claude: Path) -> Iterator
     yield run
 
 
-def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Path) -> None:
-    probe = Path("/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}"
-    outside = Path("/var/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}"  # a host directory not under /tmp
-    card = tmp_path / "card.toml"
-    card.write_text(DISJOINT_CARD)
+@dataclass(frozen=True)
+class Attack:
+    """What the agent's commands try against the guards: the job root, the host's /tmp and the rest of it."""
 
-    def script(job: Path) -> list:
+    probe: Path = field(default_factory=lambda: Path("/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}")
+    # a host directory not under /tmp
+    outside: Path = field(default_factory=lambda: Path("/var/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}")
+
+    def script(self, job: Path) -> list:
         attack = (
             f"echo forged > {job}/result-markers/extract.json; echo forged > {job}/logs/evil.txt; "
-            f"echo forged > {probe}; echo forged > {outside}; env > envdump.txt; echo \"HOME=$HOME\" >> envdump.txt; echo ATTACK-DONE"
+            f"echo forged > {self.probe}; echo forged > {self.outside}; env > envdump.txt; "
+            "echo \"HOME=$HOME\" >> envdump.txt; id -u >> envdump.txt; echo ATTACK-DONE"
         )
         return [turn(SHELL_FIX), turn(exec_call(RUN_THE_CHECK)), turn(exec_call(attack)), turn(message("fixed"))]
 
-    done = run_scripted(script, f"--model={MODEL}", f"--rate-card={card}")
-    assert done.exit_code == 0, done.stderr[-3000:]
-    assert done.result["terminal_state"] == "resolved"
-    run = done.run
-    assert run["agent"] == "claude-code" and run["agent_version"].startswith("claude-code ")
-    assert run["phase_status"]["codex"] == "ok" and run["codex"]["last_message_present"] is True
-    assert (done.job / "codex-last-message.txt").read_text() == "fixed"
-    # the prompt reached the model through stdin
-    first = json.dumps(done.bodies[0]["messages"])
-    assert PROMPT.strip() in first
-    events = done.events()
-    assert "CHECK-PASSED" in events and "ATTACK-DONE" in events
-    # the job root, the host's /tmp and the rest of the host were out of reach: the job root lies
-    # under /tmp here, which the agent sees as a private empty tmpfs; everything else is read-only
-    assert str(done.job).startswith("/tmp/"), "the job root must lie under /tmp for this test to mean anything"
-    assert "extract.json: No such file or directory" in events and f"{outside}: Read-only file system" in events
-    assert read_json(done.job / "result-markers" / "extract.json")["status"] == "ok"
-    assert not (done.job / "logs" / "evil.txt").exists() and not probe.exists() and not outside.exists()
-    # no key, no secret of the operator's, in the agent's commands; a private HOME
-    dumped = (done.job / "buggy-source" / "envdump.txt").read_text()
-    assert "PATH=" in dumped and f"HOME={done.job}/agent-home" in dumped
-    assert KEY_VALUE not in dumped and "ANTHROPIC_API_KEY" not in dumped and PLANTED not in dumped
-    patch = (done.job / "Patches" / "stub_calc" / "attempt.patch").read_text()
-    assert "return a + b" in patch and KEY_VALUE not in patch
-    assert run["changed_file_count"] == 2  # the fix and the agent's own envdump.txt, nothing of a sandbox's
+    def held(self, done: Run, changed: int = 2) -> dict:
+        """Every guard held and the task resolved (``changed`` files in the patch); the compact run."""
+        assert done.exit_code == 0, done.stderr[-3000:]
+        assert done.result["terminal_state"] == "resolved"
+        run = done.run
+        assert run["agent"] == "claude-code" and run["agent_version"].startswith("claude-code ")
+        assert run["phase_status"]["codex"] == "ok" and run["codex"]["last_message_present"] is True
+        assert (done.job / "codex-last-message.txt").read_text() == "fixed"
+        # the prompt reached the model through stdin
+        assert PROMPT.strip() in json.dumps(done.bodies[0]["messages"])
+        events = done.events()
+        assert "CHECK-PASSED" in events and "ATTACK-DONE" in events
+        # the job root, the host's /tmp and the rest of the host were out of reach: the job root lies
+        # under /tmp here, which the agent sees as a private empty tmpfs; everything else is read-only
+        assert str(done.job).startswith("/tmp/"), "the job root must lie under /tmp for this test to mean anything"
+        assert "extract.json: No such file or directory" in events and f"{self.outside}: Read-only file system" in events
+        assert read_json(done.job / "result-markers" / "extract.json")["status"] == "ok"
+        assert not (done.job / "logs" / "evil.txt").exists() and not self.probe.exists() and not self.outside.exists()
+        # no key, no secret of the operator's, in the agent's commands; a private HOME
+        dumped = (done.job / "buggy-source" / "envdump.txt").read_text()
+        assert "PATH=" in dumped and f"HOME={done.job}/agent-home" in dumped
+        assert KEY_VALUE not in dumped and "ANTHROPIC_API_KEY" not in dumped and PLANTED not in dumped
+        patch = (done.job / "Patches" / "stub_calc" / "attempt.patch").read_text()
+        assert "return a + b" in patch and KEY_VALUE not in patch
+        assert run["changed_file_count"] == changed  # the fix, the agent's own envdump.txt, nothing of a sandbox's
+        assert agent_gone(done.job / "buggy-source")
+        return run
+
+
+def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Path) -> None:
+    card = tmp_path / "card.toml"
+    card.write_text(DISJOINT_CARD)
+    attack = Attack()
+    done = run_scripted(attack.script, f"--model={MODEL}", f"--rate-card={card}")
+    run = attack.held(done)
+    assert (done.job / "buggy-source" / "envdump.txt").read_text().splitlines()[-1] == "0"  # as the runner: root
     # four responses of the conversation, Anthropic's disjoint counts, priced on the card
     metrics = run["metrics"]
     assert (metrics["input_tokens"], metrics["cache_tokens"], metrics["cache_write_tokens"], metrics["output_tokens"]) \
@@ -143,6 +158,27 @@ def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Pa
     assert metrics["cost_known"] is True and metrics["cost_usd"] == pytest.approx(expected)
     marker = read_json(done.job / "result-markers" / "codex.json")
     assert marker["details"]["agent"] == "claude-code" and marker["details"]["turns"] >= 4
+
+
+def test_claude_code_as_an_unprivileged_agent_user_under_every_guard(run_scripted, open_tmp: Path) -> None:
+    """``--agent-user nobody``: the same guards, Claude Code and its commands as that user, its commands offline."""
+    if os.geteuid() != 0:
+        pytest.skip("--agent-user needs the runner to run as root")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    attack = Attack()
+
+    def script(job: Path) -> list:
+        job.chmod(0o711)  # the agent user reaches buggy-source/ and its HOME, nothing else of the job root
+        offline = "(exec 3<>/dev/tcp/127.0.0.1/9) 2> net.txt; echo \"exit=$?\" >> net.txt"
+        first, *rest = attack.script(job)
+        return [turn(exec_call(f"{offline}; echo OFFLINE-TRIED")), first, *rest]
+
+    done = run_scripted(script, "--agent-user", "nobody", under=open_tmp)
+    attack.held(done, changed=3)  # and its net.txt
+    assert (done.job / "buggy-source" / "envdump.txt").read_text().splitlines()[-1] == str(nobody)
+    assert (done.job / "buggy-source" / "calc" / "mathops.py").stat().st_uid == nobody  # the agent's own write
+    tried = (done.job / "buggy-source" / "net.txt").read_text()
+    assert "Network is unreachable" in tried and "exit=1" in tried, tried
 
 
 class Listener:
