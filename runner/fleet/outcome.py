@@ -117,9 +117,10 @@ def identity(task: Unit) -> dict:
     return {"tag": task.tag, "attempt": task.attempt}
 
 
-def not_started(label: str, retries: int, max_retries: int) -> Decision:
-    """The task could not be started on this host (its job root or log could not be written)."""
-    facts = TaskFacts(state=TaskState.FAILED, failure_label=label, infra_failure=True)
+def not_started(label: str, retries: int, max_retries: int, agent: str | None = None) -> Decision:
+    """The task could not be started on this host (its job root or log could not be written, its agent
+    is not there); ``agent``: the one it names, for its row."""
+    facts = TaskFacts(state=TaskState.FAILED, failure_label=label, infra_failure=True, agent=agent)
     return infra_retry(facts, retries, max_retries)
 
 

@@ -17,6 +17,9 @@ Invariants:
   messages back on the queue, where a restarted worker resumes them from markers;
 - nothing a message holds can crash the worker: a bad one becomes a failed row, and
   its text (the prompt) is never logged;
+- a task whose agent fails this host's checks of it (``runner.fleet.hostchecks.AgentChecks``:
+  installed, version, login) is not started: an infrastructure failure, ``agent_unavailable``,
+  retried by the fleet's rule (another host may have it) and never counted as the agent's;
 - a task of a suite with a budget starts only when the suite's budget admits it
   (``runner.fleet.budget``, the batch's rule across hosts); one that does not fit ends
   ``skipped_budget``, and while it runs its live cost is published every tick.
@@ -48,7 +51,8 @@ from runner.entry import answer
 from runner.errors import BadInputError, DockerUnavailableError, EnvironmentNotReadyError, ExitCode
 from runner.fleet.budget import FleetBudget
 from runner.fleet.broker import ACTOR_NAME, TIME_LIMIT_MS, Keys, connect_redis, make_broker, quiet_dramatiq_messages
-from runner.fleet.hostchecks import check_host
+from runner.agents import DEFAULT_AGENT
+from runner.fleet.hostchecks import AgentChecks, check_host
 from runner.fleet.leases import Lease
 from runner.fleet.ledger import FINAL_STATES, LedgerRow, SuiteLedger, TaskState, now
 from runner.fleet.options import WorkerOptions, build_parser, options_from
@@ -88,6 +92,7 @@ class FleetWorker:
         self.lease_ttl = options.heartbeat_timeout
         self.budget = FleetBudget(self.redis, self.keys, ttl=max(options.heartbeat_timeout, 2.0))
         self.disk = options.disk()
+        self.agents = AgentChecks(options.host)
         state_dir = options.host.state_dir or default_state_dir()
         self.prefetcher = (Prefetcher(self.redis, self.keys, options.queues, options.host, options.prefetch, state_dir)
                            if options.prefetch and options.host.allow_pull else None)
@@ -213,6 +218,14 @@ class FleetWorker:
     ) -> tuple[LedgerRow | None, Action]:
         if isinstance(task, EvalMessage):
             return self._evaluate(task, running, queue, retries)
+        agent = task.spec.agent or DEFAULT_AGENT
+        failing = [check for check in self.agents.checks(agent) if not check.ok]
+        self.state.agent_checks = self.agents.reported()
+        if failing:  # before the budget: nothing spent, nothing admitted
+            log.warning("agent_unavailable", agent=agent.value, failing=[c.name for c in failing],
+                        details=[c.detail for c in failing])
+            return self._record(task, queue, not_started("agent_unavailable", retries, self.options.max_infra_retries,
+                                                         agent=agent.value))
         if not self._admit(task):
             return self._skip_budget(task, queue, retries)
         job_root = self._job_root(task)

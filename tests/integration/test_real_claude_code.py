@@ -397,3 +397,80 @@ def test_a_cap_stops_claude_code_between_responses_and_the_attempt_is_scored(run
     assert run["metrics"]["input_tokens"] == 180 and run["metrics"]["cache_tokens"] == 90
     assert "turn-3" in done.events() and "turn-4" not in done.events()
     assert read_json(done.job / "logs" / "codex.usage.json")["total_tokens"] > 150
+
+
+# -- the fleet: a worker's Claude Code tasks -------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.redis
+def test_a_worker_without_claude_code_fails_its_tasks_as_infrastructure_and_says_so(fleet) -> None:
+    """The worker checks the agent a task names: no Claude Code here is the host's failure (retried,
+    then failed as infrastructure, never started), while its codex tasks still run, and /healthz says why."""
+    import urllib.request
+
+    fleet.prompt("t_claude", PROMPT)
+    fleet.prompt("t_fix", "Fix calc.add.\nfake-codex-mode: fix\n")
+    port = _free_port()
+    jobs = fleet.jobs("host-a")
+    worker = fleet.worker("host-a", jobs, "--claude-bin", "no-such-claude", "--max-infra-retries", "1",
+                          "--retry-backoff", "0.2", "--http", f"127.0.0.1:{port}", env={"ANTHROPIC_API_KEY": KEY_VALUE})
+    assert fleet.submit("s", "--tag", "t_claude", "--agent", "claude-code").returncode == 0
+    assert fleet.submit("s", "--tag", "t_fix").returncode == 0
+    fleet.wait("both final", lambda: {r["state"] for r in fleet.rows("s").values()} <= {"done", "failed"}
+               and len(fleet.rows("s")) == 2)
+    rows = fleet.rows("s")
+    claude = rows["t_claude/1"]
+    assert (claude["state"], claude["infra_failure"], claude["failure_label"]) == ("failed", True, "agent_unavailable")
+    assert claude["retries"] == 1 and claude["agent"] == "claude-code" and claude["resolved"] is not True
+    assert rows["t_fix/1"]["state"] == "done" and rows["t_fix/1"]["resolved"] is True  # its codex tasks still run
+    assert not (jobs / "s" / "t_claude").exists()  # never started: no job root, no container
+    unavailable = log_events(list(worker.lines), "agent_unavailable")
+    assert len(unavailable) == 2 and unavailable[0]["agent"] == "claude-code"
+    assert unavailable[0]["failing"] == ["claude_code_binary"]  # the key is set: its login check passes
+    starts = [event["task"] for event in log_events(list(worker.lines), "task_started")]
+    assert starts == ["t_fix/1"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+        health = json.loads(answer.read())
+        assert answer.status == 200  # it takes work: its codex tasks
+    checks = {check["name"]: check for check in health["checks"]}
+    assert checks["codex_login"]["ok"] is True and checks["claude_code_binary"]["ok"] is False
+    assert "--claude-bin" in checks["claude_code_binary"]["detail"]
+    summary = json.loads(fleet.status("--suite", "s").stdout)["suites"][0]["summary"]
+    assert summary["infra_failures"] == 1 and summary["resolved_rate_without_infra"] == 1.0
+    code, _stdout, stderr = fleet.stop(worker)
+    assert code == 0, stderr[-2000:]
+
+
+@pytest.mark.redis
+def test_submit_agent_claude_code_runs_the_real_cli_on_a_worker(fleet, real_claude: Path) -> None:
+    """``submit --agent claude-code``: a real worker runs the real Claude Code CLI against the scripted
+    model; the task ends done and resolved, and its row and compact run say which agent ran."""
+    tags = ["stub_a", "stub_b"]
+    for tag in tags:
+        fleet.prompt(tag, PROMPT)
+    jobs = fleet.jobs("host-a")
+    with ScriptedModel([turn(SHELL_FIX), turn(message("fixed"))], per_conversation=True) as model:
+        worker = fleet.worker("host-a", jobs, "--claude-bin", str(real_claude), "--slots", "2",
+                              env={"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": KEY_VALUE})
+        submitted = fleet.submit("s", *[arg for tag in tags for arg in ("--tag", tag)], "--agent", "claude-code",
+                                 "--codex-timeout=120")
+        assert submitted.returncode == 0, submitted.stderr[-2000:]
+        for tag in tags:
+            fleet.wait_state("s", f"{tag}/1", "done", timeout=300)
+        code, _stdout, stderr = fleet.stop(worker)
+    assert code == 0, stderr[-2000:]
+    for tag in tags:
+        row = fleet.rows("s")[f"{tag}/1"]
+        assert row["resolved"] is True and row["agent"] == "claude-code" and row["infra_failure"] is False
+        run = read_json(jobs / "s" / tag / "attempt-1" / "benchmark_run.compact.json")
+        assert run["agent"] == "claude-code" and run["agent_version"].startswith("claude-code ")
+        assert run["official_task_score"]["resolved"] is True
+        assert "claude-code.stdout.log" in {p.name for p in (jobs / "s" / tag / "attempt-1" / "logs").iterdir()}
+    summary = json.loads(fleet.status("--suite", "s").stdout)["suites"][0]["summary"]
+    assert summary["resolved_rate"] == 1.0

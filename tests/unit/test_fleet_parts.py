@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.fleet.hostchecks import HostReport, check_host
+from runner.agents import AgentName
+from runner.fleet.hostchecks import AgentChecks, HostReport, check_host
 from runner.fleet.ledger import LedgerRow, TaskState, summary
 from runner.fleet.state import WorkerState
 from runner.phases.precheck import Check, codex_login
@@ -212,3 +213,26 @@ def test_dramatiqs_own_log_lines_name_a_message_by_its_id_never_its_prompt() -> 
     text = sink.getvalue()
     assert "SECRET-PROMPT-TEXT" not in text and "fix it" not in text
     assert text.count("message m-123") == 2 and "'m-123' in 15 milliseconds" in text
+
+
+def test_a_workers_agent_checks_are_the_seams_remembered_a_while_and_codex_is_the_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Claude Code installed after the first check is found only once the remembered answer expires."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    claude = tmp_path / "claude"
+    clock = [100.0]
+    checks = AgentChecks(HostSettings(claude_bin=str(claude)), ttl=60, clock=lambda: clock[0])
+    assert checks.checks(AgentName.CODEX) == []  # check_host's, every --check-interval
+    first = {check.name: check.ok for check in checks.checks(AgentName.CLAUDE_CODE)}
+    assert set(first) == {"claude_code_binary", "claude_code_login"} and first["claude_code_binary"] is False  # git: the host's
+    claude.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    claude.chmod(0o755)
+    clock[0] += 59
+    assert not checks.checks(AgentName.CLAUDE_CODE)[0].ok  # remembered
+    clock[0] += 2
+    found = checks.checks(AgentName.CLAUDE_CODE)[0]
+    assert found.ok and "claude-code 2.1.197" in found.detail
+    state = WorkerState("w", 1, ["default"])
+    state.agent_checks = checks.reported()
+    assert [check.name for check in state.checks()] == ["claude_code_binary", "claude_code_login"]
