@@ -111,10 +111,10 @@ def decide_evaluation(
 
 
 def identity(task: Unit) -> dict:
-    """The fields that name a unit's row: a task's (tag, attempt), an evaluation unit's (tag, patch)."""
+    """The fields that name a unit's row: a task's (tag, arm, attempt), an evaluation unit's (tag, patch)."""
     if isinstance(task, EvalMessage):
         return {"kind": "eval", "tag": task.tag, "attempt": task.attempt, "patch": task.unit.name}
-    return {"tag": task.tag, "attempt": task.attempt}
+    return {"tag": task.tag, "attempt": task.attempt, "arm": task.arm}
 
 
 def not_started(label: str, retries: int, max_retries: int, agent: str | None = None) -> Decision:

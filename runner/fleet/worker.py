@@ -4,7 +4,7 @@ Invariants:
 - the unit of work is the same isolated task process as the batch's, started by
   the supervisor (``runner.tasks.supervisor.run_task``) with the message's own
   ``TaskSpec``: a child in its own session, its own job root
-  ``<jobs>/<suite>/<tag>/attempt-<i>``, its markers, its labelled containers; the
+  ``<jobs>/<suite>/<tag>[/<arm>]/attempt-<i>`` (the arm: an agent other than codex), its markers, its labelled containers; the
   child gets SIGTERM if this worker dies (no run outlives it);
 - what becomes of a finished task (its row, done, requeue or retry) is
   ``runner.fleet.outcome``'s, by the rule every ledger shares;
@@ -64,6 +64,7 @@ from runner.fleet.state import RunningTask, WorkerState
 from runner.fleet.views import WorkerStatusSource
 from runner.jobroot import PROMPT, JobRoot
 from runner.journal import default_state_dir
+from runner.ledger import row_key
 from runner.logs import configure_logging
 from runner.tasks.protocol import EvalMessage, MessageError, TaskMessage, parse_any_message
 from runner.tasks.spec import resolve
@@ -171,7 +172,8 @@ class FleetWorker:
                 pass  # it expires on its own
 
     def _job_root(self, task: TaskMessage) -> Path:
-        return self.options.jobs_dir / task.suite / task.tag / f"attempt-{task.attempt}"
+        """``<jobs>/<suite>/<tag>[/<arm>]/attempt-<i>``: the batch's layout (``row_key``), an agent's arm apart."""
+        return self.options.jobs_dir / task.suite / row_key(task.tag, task.attempt, task.arm)
 
     def _admit(self, task: TaskMessage) -> bool:
         """The suite's budget admits the task (always, without one); from now its live cost is published."""
@@ -244,7 +246,8 @@ class FleetWorker:
             except redis.RedisError:
                 log.warning("ledger_not_written", reason="broker unreachable")
 
-        log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}.attempt-{task.attempt}.log"
+        arm = f".{task.arm}" if task.arm is not None else ""
+        log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}{arm}.attempt-{task.attempt}.log"
         try:
             end = run_task(task.request(job_root, self.options.host), log_path, running, on_phase)
         except OSError:  # the task could not even start (no space for its log, say)

@@ -448,29 +448,53 @@ def test_a_worker_without_claude_code_fails_its_tasks_as_infrastructure_and_says
 
 
 @pytest.mark.redis
-def test_submit_agent_claude_code_runs_the_real_cli_on_a_worker(fleet, real_claude: Path) -> None:
-    """``submit --agent claude-code``: a real worker runs the real Claude Code CLI against the scripted
-    model; the task ends done and resolved, and its row and compact run say which agent ran."""
+def test_one_suite_on_a_worker_holds_both_agents_attempts_of_the_same_tags(fleet, real_claude: Path,
+                                                                          tmp_path: Path) -> None:
+    """``submit --agent claude-code`` beside a codex submission of the same tags, one suite: a real worker
+    runs the real Claude Code CLI and the real codex against the scripted model (both wire formats);
+    every task ends done and resolved, each row and compact run says its agent, and the status compares them."""
+    from runner.canary.model_server import KEY_VARIABLE, write_codex_home
+
+    codex = shutil.which("codex")
+    assert codex is not None, "the real Codex CLI is needed beside Claude Code"
     tags = ["stub_a", "stub_b"]
     for tag in tags:
         fleet.prompt(tag, PROMPT)
     jobs = fleet.jobs("host-a")
+    tag_args = [arg for tag in tags for arg in ("--tag", tag)]
     with ScriptedModel([turn(SHELL_FIX), turn(message("fixed"))], per_conversation=True) as model:
-        worker = fleet.worker("host-a", jobs, "--claude-bin", str(real_claude), "--slots", "2",
-                              env={"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": KEY_VALUE})
-        submitted = fleet.submit("s", *[arg for tag in tags for arg in ("--tag", tag)], "--agent", "claude-code",
-                                 "--codex-timeout=120")
-        assert submitted.returncode == 0, submitted.stderr[-2000:]
-        for tag in tags:
-            fleet.wait_state("s", f"{tag}/1", "done", timeout=300)
+        home = write_codex_home(tmp_path / "codex-home-real", model.base_url)
+        worker = fleet.worker("host-a", jobs, "--claude-bin", str(real_claude), "--codex-bin", codex,
+                              f"--codex-home={home}", "--slots", "2",
+                              env={"CODEX_HOME": str(home), KEY_VARIABLE: KEY_VALUE,
+                                   "ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": KEY_VALUE})
+        for agent in ("claude-code", "codex"):
+            submitted = fleet.submit("both", *tag_args, "--agent", agent, "--codex-timeout=120")
+            assert submitted.returncode == 0, submitted.stderr[-2000:]
+            assert json.loads(submitted.stdout)["queued"] == 2
+        keys = {f"{tag}/{arm}" for tag in tags for arm in ("1", "claude-code/1")}
+        fleet.wait("every task done", lambda: set(fleet.rows("both")) == keys
+                   and all(row["state"] == "done" for row in fleet.rows("both").values()), timeout=600)
+        again = fleet.submit("both", *tag_args, "--agent", "claude-code")  # its attempts are there: nothing added
+        assert json.loads(again.stdout)["skipped_existing"] == 2
         code, _stdout, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]
+    rows = fleet.rows("both")
     for tag in tags:
-        row = fleet.rows("s")[f"{tag}/1"]
-        assert row["resolved"] is True and row["agent"] == "claude-code" and row["infra_failure"] is False
-        run = read_json(jobs / "s" / tag / "attempt-1" / "benchmark_run.compact.json")
-        assert run["agent"] == "claude-code" and run["agent_version"].startswith("claude-code ")
-        assert run["official_task_score"]["resolved"] is True
-        assert "claude-code.stdout.log" in {p.name for p in (jobs / "s" / tag / "attempt-1" / "logs").iterdir()}
-    summary = json.loads(fleet.status("--suite", "s").stdout)["suites"][0]["summary"]
-    assert summary["resolved_rate"] == 1.0
+        for agent, key, root in (("codex", f"{tag}/1", jobs / "both" / tag / "attempt-1"),
+                                 ("claude-code", f"{tag}/claude-code/1", jobs / "both" / tag / "claude-code" / "attempt-1")):
+            row = rows[key]
+            assert row["resolved"] is True and row["agent"] == agent and row["infra_failure"] is False
+            assert row["arm"] == (None if agent == "codex" else agent)
+            run = read_json(root / "benchmark_run.compact.json")
+            assert run["agent"] == agent and run["agent_version"].startswith("claude-code " if agent != "codex" else "codex")
+            assert run["official_task_score"]["resolved"] is True
+            assert (root / "logs" / f"{agent}.stdout.log").is_file()
+    status = json.loads(fleet.status("--suite", "both").stdout)["suites"][0]
+    comparison = status["comparison"]
+    for agent in ("codex", "claude-code"):
+        side = comparison["agents"][agent]
+        assert (side["tasks"], side["resolved"], side["resolved_rate"]) == (2, 2, 1.0)
+    assert comparison["tags"] == {tag: {"claude-code": True, "codex": True} for tag in tags}
+    markdown = fleet.status("--suite", "both", "--format", "markdown").stdout
+    assert "| stub_a (claude-code) |" in markdown and "Agents side by side" in markdown
