@@ -11,7 +11,7 @@ Invariants (measured against Claude Code 2.1.197):
 - it runs inside bubblewrap (``--bwrap-bin``, else ``bwrap`` on PATH, else the one the Codex
   CLI ships: Debian's bubblewrap on PATH breaks codex 0.171's own sandbox on this kind of
   host, so a host running both agents need not install it): the whole filesystem read-only, a private empty ``/tmp``, and
-  only ``buggy-source/`` and its scratch HOME writable, so neither the job root nor the
+  only ``buggy-source/`` and its scratch HOME writable, its own PID namespace and ``/proc``, so neither the job root nor the
   host's ``/tmp`` can be written by it or by any command it runs (its own sandbox is not
   used: as root it confines no write, and its masks litter the work tree);
 - the provider key (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_AUTH_TOKEN``) is in its
