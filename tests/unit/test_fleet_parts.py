@@ -32,6 +32,18 @@ def test_a_good_message_parses_and_its_identity_is_suite_tag_and_attempt() -> No
     assert task.message_id == parse_message(_payload()).message_id  # stable across submissions
 
 
+def test_another_agents_task_is_an_arm_of_its_own_and_codex_keeps_its_keys() -> None:
+    """One suite, both agents, the same tag: two rows, two messages, two job roots; codex's as before the seam."""
+    claude = parse_message(_payload(spec={**SPEC, "agent": "claude-code"}))
+    named_codex = parse_message(_payload(spec={**SPEC, "agent": "codex"}))
+    codex = parse_message(_payload())
+    assert (codex.arm, codex.key) == (named_codex.arm, named_codex.key) == (None, "t_a/1")
+    assert codex.message_id == named_codex.message_id == message_id("s1", "t_a", 1)
+    assert (claude.arm, claude.key) == ("claude-code", "t_a/claude-code/1") and claude.message_id != codex.message_id
+    row = LedgerRow(tag="t_a", attempt=1, arm="claude-code", state=TaskState.QUEUED, queue="default", submitted_at=0)
+    assert row.key == claude.key
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
