@@ -425,7 +425,7 @@ def test_a_worker_without_claude_code_fails_its_tasks_as_infrastructure_and_says
     fleet.wait("both final", lambda: {r["state"] for r in fleet.rows("s").values()} <= {"done", "failed"}
                and len(fleet.rows("s")) == 2)
     rows = fleet.rows("s")
-    claude = rows["t_claude/1"]
+    claude = rows["t_claude/claude-code/1"]  # its arm: the agent
     assert (claude["state"], claude["infra_failure"], claude["failure_label"]) == ("failed", True, "agent_unavailable")
     assert claude["retries"] == 1 and claude["agent"] == "claude-code" and claude["resolved"] is not True
     assert rows["t_fix/1"]["state"] == "done" and rows["t_fix/1"]["resolved"] is True  # its codex tasks still run
