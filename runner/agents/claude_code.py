@@ -149,7 +149,7 @@ def network_off_problem(settings: RunnerSettings, bwrap: str) -> str | None:
     """Can the shell prefix take a command's network away here, as the agent will run? None: yes.
 
     The prefix itself, run once in the same bubblewrap (as ``--agent-user`` when set), with a
-    command that must find no network interface up: the check cannot pass where the commands would
+    command that must find no interface but the loopback: the check cannot pass where the commands would
     run with network, and every real command would be refused the same way."""
     from runner.containment.agent import resolve_agent_user, wrap
     from runner.errors import BadInputError
