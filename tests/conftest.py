@@ -501,6 +501,15 @@ def canary_base(docker_client) -> Iterator[str]:
                 docker_client.images.remove(tag, noprune=False)
 
 
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A directory another user can traverse (pytest's own temp root is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="runner-agent-user-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 # The fleet's fixture (workers on a real Redis), for every test file that runs a fleet; imported last,
 # since tests.fleet_support takes its helpers from this module.
 from tests.fleet_support import fleet  # noqa: E402,F401

@@ -11,12 +11,16 @@ Invariants (measured against Claude Code 2.1.197):
 - it runs inside bubblewrap (``--bwrap-bin``, else ``bwrap`` on PATH, else the one the Codex
   CLI ships: Debian's bubblewrap on PATH breaks codex 0.171's own sandbox on this kind of
   host, so a host running both agents need not install it): the whole filesystem read-only, a private empty ``/tmp``, and
-  only ``buggy-source/`` and its scratch HOME writable, so neither the job root nor the
+  only ``buggy-source/`` and its scratch HOME writable, its own PID namespace and ``/proc``, so neither the job root nor the
   host's ``/tmp`` can be written by it or by any command it runs (its own sandbox is not
   used: as root it confines no write, and its masks litter the work tree);
 - the provider key (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_AUTH_TOKEN``) is in its
   environment, never in its commands': each command starts in ``claude_shell.sh``
   (``CLAUDE_CODE_SHELL_PREFIX``), which drops it;
+- its commands have no network: the prefix runs each in a network namespace of its own (a
+  user namespace mapping the same user, so root and ``--agent-user`` alike), while ``claude``
+  keeps the host's to reach its model; a host where none can be made fails the login check,
+  and the prefix runs no command without one (fail closed);
 - its usage is read from its own event stream as it grows: each ``assistant`` message's
   usage (by message id), then the ``result`` event's exact totals; Anthropic's counts are
   disjoint (input, cache read, cache write, output), priced as ``usage = "disjoint"``;
@@ -126,10 +130,41 @@ def confined(argv: list[str], bwrap: str, writable: tuple[Path, ...]) -> list[st
     """``argv`` inside bubblewrap: everything read-only, a private ``/tmp``, ``writable`` writable.
 
     The shell prefix is bound in again read-only after the private ``/tmp``: the runner may be
-    installed (or cloned) under ``/tmp``, and every command the agent runs starts in that script."""
+    installed (or cloned) under ``/tmp``, and every command the agent runs starts in that script.
+    A PID namespace of its own and its own ``/proc``: the host's ``/proc``, bound read-only with
+    ``/``, would refuse the user namespace in which the prefix takes each command's network away."""
     binds = [arg for path in writable for arg in ("--bind", str(path), str(path))]
-    return [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/tmp",
-            "--ro-bind", str(SHELL_PREFIX), str(SHELL_PREFIX), *binds, "--die-with-parent", "--", *argv]
+    return [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-pid", "--proc", "/proc",
+            "--tmpfs", "/tmp", "--ro-bind", str(SHELL_PREFIX), str(SHELL_PREFIX), *binds, "--die-with-parent",
+            "--", *argv]
+
+
+NO_NETWORK_NAMESPACE = ("no network namespace can be made inside Claude Code's bubblewrap on this host (the runner "
+                        "runs each of the agent's commands in one, without network, and runs none without it); "
+                        "allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, no AppArmor "
+                        "restriction on them) or run Claude Code attempts on another host")
+
+
+def network_off_problem(settings: RunnerSettings, bwrap: str) -> str | None:
+    """Can the shell prefix take a command's network away here, as the agent will run? None: yes.
+
+    The prefix itself, run once in the same bubblewrap (as ``--agent-user`` when set), with a
+    command that must find no interface but the loopback: the check cannot pass where the commands would
+    run with network, and every real command would be refused the same way."""
+    from runner.containment.agent import resolve_agent_user, wrap
+    from runner.errors import BadInputError
+
+    try:
+        user = resolve_agent_user(settings.agent_user)
+    except BadInputError:
+        user = None  # reported by the precheck's own --agent-user check
+    probe = "[ \"$(grep -c : /proc/net/dev)\" = 1 ] && grep -q '^ *lo:' /proc/net/dev"  # only a loopback
+    try:
+        done = subprocess.run(wrap(confined([str(SHELL_PREFIX), probe], bwrap, ()), user), capture_output=True,
+                              timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, env={"PATH": os.defpath})
+    except (OSError, subprocess.TimeoutExpired):
+        return NO_NETWORK_NAMESPACE
+    return None if done.returncode == 0 else NO_NETWORK_NAMESPACE
 
 
 def child_environment(environ: dict[str, str] | os._Environ[str], home: Path) -> dict[str, str]:
@@ -236,11 +271,15 @@ class ClaudeCodeAgent(CliAgent):
         from runner.phases.precheck import Check
 
         name = "claude_code_login"
-        if bwrap_path(settings) is None:
+        bwrap = bwrap_path(settings)
+        if bwrap is None:
             return Check(name=name, ok=False, detail=MISSING_BWRAP)
         if MANAGED_SETTINGS.exists():
             return Check(name=name, ok=False, detail=f"{MANAGED_SETTINGS} holds managed settings, which would outrank "
                          "the runner's permissions; run Claude Code attempts on a host without them")
+        no_network = network_off_problem(settings, bwrap)
+        if no_network is not None:
+            return Check(name=name, ok=False, detail=no_network)
         variable = next((v for v in KEY_VARIABLES if os.environ.get(v)), None)
         if variable is None:
             return Check(name=name, ok=False, detail=f"set {' or '.join(KEY_VARIABLES)}: each attempt gets a private "

@@ -31,6 +31,7 @@ from dramatiq import Message
 
 from reducers.costs import cost_summary, estimate_cost
 from reducers.guard import check_public
+from reducers.compare import agent_comparison, comparison_markdown
 from reducers.passk import pass_at_markdown, suite_pass_at_summary, tag_pass_at
 from runner.budget import check_budget
 from runner.entry import RunnerArgumentParser, add_task_flags, answer, task_flags
@@ -63,6 +64,7 @@ from runner.tasks.protocol import (
     TaskMessage,
     check_suite,
     eval_key,
+    task_arm,
     task_key,
 )
 from runner.images import pin_names
@@ -242,6 +244,7 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     # each tag's profile is applied by the worker's task process, never here.
     template = read_operator(task_flags(args), env_skipped=frozenset({"tag", "image"})).spec
     specs = {tag: template.for_tag(tag) for tag in tags}
+    arm = task_arm(template.agent)  # another agent's attempts of a tag are rows of their own
     if not args.dry_run:  # each tag on the image its name means now, whichever host runs it, whenever
         specs = pin_specs(specs)
     client = connect_redis(args.broker)
@@ -256,9 +259,9 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         for tag in tags:
             prompt = _read_prompt(args.prompts_dir, tag)
             for attempt in range(1, args.attempts + 1):
-                key = task_key(tag, attempt)
+                key = task_key(tag, attempt, arm)
                 if prompt is None:
-                    row = LedgerRow(tag=tag, attempt=attempt, state=TaskState.FAILED, queue=queue, submitted_at=now(),
+                    row = LedgerRow(tag=tag, attempt=attempt, arm=arm, state=TaskState.FAILED, queue=queue, submitted_at=now(),
                                     finished_at=now(), failure_label="bad_input_prompt",
                                     error=f"no usable prompt: {PROMPT} of this tag in --prompts-dir is missing, empty or a placeholder")
                     if args.dry_run:
@@ -271,7 +274,7 @@ def submit(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
                         skipped += 1
                     continue
                 task = TaskMessage(suite=suite, attempt=attempt, prompt=prompt, spec=specs[tag])
-                fresh = LedgerRow(tag=tag, attempt=attempt, state=TaskState.QUEUED, queue=queue, submitted_at=now())
+                fresh = LedgerRow(tag=tag, attempt=attempt, arm=arm, state=TaskState.QUEUED, queue=queue, submitted_at=now())
                 if args.dry_run:
                     current = ledger.get(key)
                     if current is not None and current.state in ACTIVE_STATES:
@@ -330,6 +333,8 @@ def suite_status(client: redis.Redis, keys: Keys, suite: str) -> dict[str, Any]:
         "suite": suite, "summary": summary(rows), "tasks": tags, "suite_pass_at": suite_pass_at_summary(tags),
         "cost": cost, "rows": [row.model_dump(mode="json", exclude={"evaluation"}) for row in rows],
     }
+    if any(row.arm is not None for row in tasks):  # two agents' attempts: side by side, as a batch's --agents
+        document["comparison"] = agent_comparison((row.tag, row.arm or row.agent or "codex", row) for row in tasks)
     scored = [EvalRow.model_validate(row.evaluation) for row in rows if row.kind == "eval" and row.evaluation]
     if scored:  # evaluate's own summary (per tag successes / patches, pass@k) of the units scored so far
         evaluation = evaluation_document(scored)
@@ -372,11 +377,14 @@ def render_markdown(document: dict[str, Any]) -> str:
         for row in suite["rows"]:
             resolved = {True: "yes", False: "no", None: "-"}[row["resolved"]]
             wall = f"{row['wall_seconds']:.1f}" if row["wall_seconds"] is not None else "-"
-            lines.append(f"| {row['kind']} | {row['tag']} | {row['attempt']} | {row['patch'] or '-'} | {row['state']} | "
+            tag = row["tag"] if row.get("arm") is None else f"{row['tag']} ({row['arm']})"
+            lines.append(f"| {row['kind']} | {tag} | {row['attempt']} | {row['patch'] or '-'} | {row['state']} | "
                          f"{row['host'] or '-'} | {row['phase'] or '-'} | {resolved} | {row['failure_label'] or '-'} | "
                          f"{row['retries']} | {wall} |")
         if suite["tasks"]:
             lines += ["", *pass_at_markdown(suite["tasks"], suite["suite_pass_at"])]
+        if "comparison" in suite:
+            lines += ["", *comparison_markdown(suite["comparison"])]
         if suite["cost"]["tasks_priced"] or suite["cost"]["tasks_cost_unknown"] or "budget_usd" in suite["cost"]:
             lines += ["", *cost_markdown(suite["cost"])]
         if "evaluation" in suite:
@@ -416,8 +424,9 @@ def _drop_queued(client: redis.Redis, keys: Keys, queue: str, suite: str, wanted
         spec = task.get("spec") if isinstance(task, dict) else None
         tag = spec.get("tag") if isinstance(spec, dict) else None
         unit = task.get("unit") if isinstance(task, dict) and task.get("kind") == "eval" else None
-        key = eval_key(str(tag), str(unit.get("name"))) if isinstance(unit, dict) else task_key(str(tag), task.get("attempt")) \
-            if isinstance(task, dict) else None
+        agent = spec.get("agent") if isinstance(spec, dict) else None
+        key = eval_key(str(tag), str(unit.get("name"))) if isinstance(unit, dict) \
+            else task_key(str(tag), task.get("attempt"), task_arm(agent)) if isinstance(task, dict) else None
         if isinstance(task, dict) and task.get("suite") == suite and key in wanted:
             if client.lrem(queue_key, 0, redis_id):  # still waiting: not fetched by a worker yet
                 client.hdel(f"{queue_key}.msgs", redis_id)

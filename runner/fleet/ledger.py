@@ -1,4 +1,4 @@
-"""The suite ledger: one Redis hash per suite, one field per (tag, attempt), shared by every host.
+"""The suite ledger: one Redis hash per suite, one field per (tag, arm, attempt), shared by every host.
 
 Invariants:
 - a row holds only public-safe facts (the status document passes the public guard);
@@ -29,13 +29,15 @@ ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING, TaskState.DONE})
 class LedgerRow(TaskFacts):
     """A fleet unit's row: the facts every ledger shares (``reducers.outcome``) and its lifecycle.
 
-    A unit is a task (an agent's run, keyed ``<tag>/<attempt>``) or an evaluation unit (one patch
+    A unit is a task (an agent's run, keyed ``<tag>/<attempt>``, or ``<tag>/<arm>/<attempt>`` for an
+    agent other than codex: ``runner.tasks.protocol.task_arm``) or an evaluation unit (one patch
     scored, keyed ``<tag>/<patch name>`` with its sha256, and its ``evaluate`` row in ``evaluation``).
     """
 
     kind: Literal["task", "eval"] = "task"
     tag: str
     attempt: int
+    arm: str | None = None  # the agent, when not codex: one suite holds both agents' attempts of a tag
     patch: str | None = None  # an evaluation unit's patch name
     evaluation: dict[str, Any] | None = None  # its runner.score_patches.EvalRow, once scored
     queue: str
@@ -49,7 +51,7 @@ class LedgerRow(TaskFacts):
 
     @property
     def key(self) -> str:
-        return eval_key(self.tag, self.patch or "") if self.kind == "eval" else task_key(self.tag, self.attempt)
+        return eval_key(self.tag, self.patch or "") if self.kind == "eval" else task_key(self.tag, self.attempt, self.arm)
 
 
 class SuiteLedger:
@@ -66,7 +68,7 @@ class SuiteLedger:
                 rows.append(LedgerRow.model_validate_json(raw))
             except ValidationError:
                 continue  # a row of another version: status says nothing rather than crash
-        return sorted(rows, key=lambda row: (row.kind, row.tag, row.attempt, row.patch or ""))
+        return sorted(rows, key=lambda row: (row.kind, row.tag, row.arm or "", row.attempt, row.patch or ""))
 
     def get(self, key: str) -> LedgerRow | None:
         raw = self._client.hget(self.key, key)

@@ -31,7 +31,8 @@ class Outbox:
         self._jobs_dir = jobs_dir
 
     def _path(self, suite: str, row: LedgerRow) -> Path:
-        name = f"{row.tag}.eval-{row.patch}" if row.kind == "eval" else f"{row.tag}.attempt-{row.attempt}"
+        arm = f".{row.arm}" if row.arm is not None else ""
+        name = f"{row.tag}.eval-{row.patch}" if row.kind == "eval" else f"{row.tag}{arm}.attempt-{row.attempt}"
         return self._jobs_dir / suite / OUTBOX / f"{name}.json"
 
     def keep(self, suite: str, row: LedgerRow) -> None:

@@ -111,15 +111,16 @@ def decide_evaluation(
 
 
 def identity(task: Unit) -> dict:
-    """The fields that name a unit's row: a task's (tag, attempt), an evaluation unit's (tag, patch)."""
+    """The fields that name a unit's row: a task's (tag, arm, attempt), an evaluation unit's (tag, patch)."""
     if isinstance(task, EvalMessage):
         return {"kind": "eval", "tag": task.tag, "attempt": task.attempt, "patch": task.unit.name}
-    return {"tag": task.tag, "attempt": task.attempt}
+    return {"tag": task.tag, "attempt": task.attempt, "arm": task.arm}
 
 
-def not_started(label: str, retries: int, max_retries: int) -> Decision:
-    """The task could not be started on this host (its job root or log could not be written)."""
-    facts = TaskFacts(state=TaskState.FAILED, failure_label=label, infra_failure=True)
+def not_started(label: str, retries: int, max_retries: int, agent: str | None = None) -> Decision:
+    """The task could not be started on this host (its job root or log could not be written, its agent
+    is not there); ``agent``: the one it names, for its row."""
+    facts = TaskFacts(state=TaskState.FAILED, failure_label=label, infra_failure=True, agent=agent)
     return infra_retry(facts, retries, max_retries)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from runner.fleet.hostchecks import HostReport
+from runner.phases.precheck import Check
 from runner.fleet.leases import Lease
 from runner.fleet.ledger import LedgerRow, now
 from runner.fleet.outcome import StopReason
@@ -80,6 +81,7 @@ class WorkerState:
         self.broker_ok = True
         self.host: HostReport | None = None
         self.checked_at: float | None = None
+        self.agent_checks: list[Check] = []  # of each agent a task named, beside codex's (runner.fleet.hostchecks)
         self.finished: dict[str, int] = {}
         self._running: dict[str, RunningTask] = {}
         self._listeners: list[Callable[[str, Any], None]] = []
@@ -111,6 +113,10 @@ class WorkerState:
                 listener(event, payload)
             except Exception:  # a broken view must never stop a task
                 log.exception("worker_listener_failed", listener_event=event)
+
+    def checks(self) -> list[Check]:
+        """The host's checks, then those of each agent a task named (which gate only that agent's tasks)."""
+        return [*(self.host.checks if self.host is not None else []), *self.agent_checks]
 
     def set_host(self, report: HostReport) -> None:
         self.host, self.checked_at = report, now()
@@ -145,7 +151,7 @@ class WorkerState:
             "accepting": self.accepting(),
             "broker_ok": self.broker_ok,
             "checked_at": self.checked_at,
-            "checks": [check.model_dump() for check in (self.host.checks if self.host else [])],
+            "checks": [check.model_dump() for check in self.checks()],
             "started_at": self.started_at,
             "finished": dict(self.finished),
             "tasks": running,

@@ -73,8 +73,7 @@ class WorkerStatusSource:
 
     def health(self) -> HealthReport:
         state = self._state
-        host_checks = state.host.checks if state.host is not None else []
-        checks = [HostCheck(name=check.name, ok=check.ok, detail=check.detail) for check in host_checks]
+        checks = [HostCheck(name=check.name, ok=check.ok, detail=check.detail) for check in state.checks()]
         checks.append(HostCheck(name="broker", ok=state.broker_ok, detail="answers" if state.broker_ok else "unreachable"))
         return HealthReport(
             checks=checks, taking_work=state.accepting(), draining=state.draining,

@@ -4,7 +4,7 @@ Invariants:
 - the unit of work is the same isolated task process as the batch's, started by
   the supervisor (``runner.tasks.supervisor.run_task``) with the message's own
   ``TaskSpec``: a child in its own session, its own job root
-  ``<jobs>/<suite>/<tag>/attempt-<i>``, its markers, its labelled containers; the
+  ``<jobs>/<suite>/<tag>[/<arm>]/attempt-<i>`` (the arm: an agent other than codex), its markers, its labelled containers; the
   child gets SIGTERM if this worker dies (no run outlives it);
 - what becomes of a finished task (its row, done, requeue or retry) is
   ``runner.fleet.outcome``'s, by the rule every ledger shares;
@@ -17,6 +17,9 @@ Invariants:
   messages back on the queue, where a restarted worker resumes them from markers;
 - nothing a message holds can crash the worker: a bad one becomes a failed row, and
   its text (the prompt) is never logged;
+- a task whose agent fails this host's checks of it (``runner.fleet.hostchecks.AgentChecks``:
+  installed, version, login) is not started: an infrastructure failure, ``agent_unavailable``,
+  retried by the fleet's rule (another host may have it) and never counted as the agent's;
 - a task of a suite with a budget starts only when the suite's budget admits it
   (``runner.fleet.budget``, the batch's rule across hosts); one that does not fit ends
   ``skipped_budget``, and while it runs its live cost is published every tick.
@@ -48,7 +51,8 @@ from runner.entry import answer
 from runner.errors import BadInputError, DockerUnavailableError, EnvironmentNotReadyError, ExitCode
 from runner.fleet.budget import FleetBudget
 from runner.fleet.broker import ACTOR_NAME, TIME_LIMIT_MS, Keys, connect_redis, make_broker, quiet_dramatiq_messages
-from runner.fleet.hostchecks import check_host
+from runner.agents import DEFAULT_AGENT
+from runner.fleet.hostchecks import AgentChecks, check_host
 from runner.fleet.leases import Lease
 from runner.fleet.ledger import FINAL_STATES, LedgerRow, SuiteLedger, TaskState, now
 from runner.fleet.options import WorkerOptions, build_parser, options_from
@@ -60,6 +64,7 @@ from runner.fleet.state import RunningTask, WorkerState
 from runner.fleet.views import WorkerStatusSource
 from runner.jobroot import PROMPT, JobRoot
 from runner.journal import default_state_dir
+from runner.ledger import row_key
 from runner.logs import configure_logging
 from runner.tasks.protocol import EvalMessage, MessageError, TaskMessage, parse_any_message
 from runner.tasks.spec import resolve
@@ -88,6 +93,7 @@ class FleetWorker:
         self.lease_ttl = options.heartbeat_timeout
         self.budget = FleetBudget(self.redis, self.keys, ttl=max(options.heartbeat_timeout, 2.0))
         self.disk = options.disk()
+        self.agents = AgentChecks(options.host)
         state_dir = options.host.state_dir or default_state_dir()
         self.prefetcher = (Prefetcher(self.redis, self.keys, options.queues, options.host, options.prefetch, state_dir)
                            if options.prefetch and options.host.allow_pull else None)
@@ -166,7 +172,8 @@ class FleetWorker:
                 pass  # it expires on its own
 
     def _job_root(self, task: TaskMessage) -> Path:
-        return self.options.jobs_dir / task.suite / task.tag / f"attempt-{task.attempt}"
+        """``<jobs>/<suite>/<tag>[/<arm>]/attempt-<i>``: the batch's layout (``row_key``), an agent's arm apart."""
+        return self.options.jobs_dir / task.suite / row_key(task.tag, task.attempt, task.arm)
 
     def _admit(self, task: TaskMessage) -> bool:
         """The suite's budget admits the task (always, without one); from now its live cost is published."""
@@ -213,6 +220,14 @@ class FleetWorker:
     ) -> tuple[LedgerRow | None, Action]:
         if isinstance(task, EvalMessage):
             return self._evaluate(task, running, queue, retries)
+        agent = task.spec.agent or DEFAULT_AGENT
+        failing = [check for check in self.agents.checks(agent) if not check.ok]
+        self.state.agent_checks = self.agents.reported()
+        if failing:  # before the budget: nothing spent, nothing admitted
+            log.warning("agent_unavailable", agent=agent.value, failing=[c.name for c in failing],
+                        details=[c.detail for c in failing])
+            return self._record(task, queue, not_started("agent_unavailable", retries, self.options.max_infra_retries,
+                                                         agent=agent.value))
         if not self._admit(task):
             return self._skip_budget(task, queue, retries)
         job_root = self._job_root(task)
@@ -231,7 +246,8 @@ class FleetWorker:
             except redis.RedisError:
                 log.warning("ledger_not_written", reason="broker unreachable")
 
-        log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}.attempt-{task.attempt}.log"
+        arm = f".{task.arm}" if task.arm is not None else ""
+        log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}{arm}.attempt-{task.attempt}.log"
         try:
             end = run_task(task.request(job_root, self.options.host), log_path, running, on_phase)
         except OSError:  # the task could not even start (no space for its log, say)

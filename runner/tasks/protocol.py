@@ -28,6 +28,7 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_
 
 from reducers.compact import BenchmarkRun
 from reducers.models import Frozen, Phase, ReduceResult
+from runner.agents import DEFAULT_AGENT
 from runner.errors import ExitCode, MessageError
 from runner.settings import HostPath
 from runner.tags import MAX_ATTEMPTS
@@ -126,13 +127,19 @@ def _suite(value: str) -> str:
     return value
 
 
-def task_key(tag: str, attempt: int) -> str:
-    """The ledger field of one fleet task: ``<tag>/<attempt>``."""
-    return f"{tag}/{attempt}"
+def task_arm(agent: str | None) -> str | None:
+    """The arm of a task naming ``agent``, as the batch's ``--agents`` names it: None for codex (the
+    default, keyed as before the seam), else the agent's name, so one suite holds both agents' attempts."""
+    return None if agent is None or agent == DEFAULT_AGENT.value else str(agent)
 
 
-def message_id(suite: str, tag: str, attempt: int) -> str:
-    return str(uuid.uuid5(_IDENTITY, f"{suite}/{task_key(tag, attempt)}"))
+def task_key(tag: str, attempt: int, arm: str | None = None) -> str:
+    """The ledger field of one fleet task: ``<tag>/<attempt>``, or ``<tag>/<arm>/<attempt>``."""
+    return f"{tag}/{attempt}" if arm is None else f"{tag}/{arm}/{attempt}"
+
+
+def message_id(suite: str, tag: str, attempt: int, arm: str | None = None) -> str:
+    return str(uuid.uuid5(_IDENTITY, f"{suite}/{task_key(tag, attempt, arm)}"))
 
 
 class TaskMessage(Frozen):
@@ -157,12 +164,16 @@ class TaskMessage(Frozen):
         return self.spec.tag
 
     @property
+    def arm(self) -> str | None:
+        return task_arm(self.spec.agent)
+
+    @property
     def key(self) -> str:
-        return task_key(self.tag, self.attempt)
+        return task_key(self.tag, self.attempt, self.arm)
 
     @property
     def message_id(self) -> str:
-        return message_id(self.suite, self.tag, self.attempt)
+        return message_id(self.suite, self.tag, self.attempt, self.arm)
 
     def request(self, job_root: Path, host: HostSettings) -> TaskRequest:
         """The task as this worker runs it: its job root there, its own host's settings."""

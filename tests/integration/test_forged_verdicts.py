@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -154,15 +152,6 @@ def test_one_task_cannot_forge_a_siblings_verdict_in_a_batch(tmp_path: Path, stu
     assert done.returncode == 1, done.stderr
     rows = {row["tag"]: row for row in read_json(jobs / "run-ledger.json")["rows"]}
     assert rows["b_victim"]["resolved"] is False
-
-
-@pytest.fixture
-def open_tmp() -> Path:
-    """A directory another user can traverse (pytest's own temp root is 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="runner-agent-user-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_an_agent_run_as_another_user_cannot_write_the_job_root(open_tmp: Path, stub_image: str) -> None:

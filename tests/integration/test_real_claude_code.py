@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
+import socket
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +82,8 @@ def _claude_args(job: Path, image: str, claude: Path, *extra: str) -> list[str]:
 
 @pytest.fixture
 def run_scripted(tmp_path: Path, stub_image: str, real_claude: Path) -> Iterator:
-    def run(script, *extra: str, env: dict[str, str] | None = None) -> Run:
-        job = make_job_root(tmp_path, PROMPT)
+    def run(script, *extra: str, env: dict[str, str] | None = None, under: Path | None = None) -> Run:
+        job = make_job_root(under or tmp_path, PROMPT)
         if callable(script):
             script = script(job)
         with ScriptedModel(script, per_conversation=True) as model:
@@ -94,44 +98,58 @@ def run_scripted(tmp_path: Path, stub_image: str, real_claude: Path) -> Iterator
     yield run
 
 
-def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Path) -> None:
-    probe = Path("/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}"
-    outside = Path("/var/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}"  # a host directory not under /tmp
-    card = tmp_path / "card.toml"
-    card.write_text(DISJOINT_CARD)
+@dataclass(frozen=True)
+class Attack:
+    """What the agent's commands try against the guards: the job root, the host's /tmp and the rest of it."""
 
-    def script(job: Path) -> list:
+    probe: Path = field(default_factory=lambda: Path("/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}")
+    # a host directory not under /tmp
+    outside: Path = field(default_factory=lambda: Path("/var/tmp") / f"runner-claude-probe-{secrets.token_hex(6)}")
+
+    def script(self, job: Path) -> list:
         attack = (
             f"echo forged > {job}/result-markers/extract.json; echo forged > {job}/logs/evil.txt; "
-            f"echo forged > {probe}; echo forged > {outside}; env > envdump.txt; echo \"HOME=$HOME\" >> envdump.txt; echo ATTACK-DONE"
+            f"echo forged > {self.probe}; echo forged > {self.outside}; env > envdump.txt; "
+            "echo \"HOME=$HOME\" >> envdump.txt; id -u >> envdump.txt; echo ATTACK-DONE"
         )
         return [turn(SHELL_FIX), turn(exec_call(RUN_THE_CHECK)), turn(exec_call(attack)), turn(message("fixed"))]
 
-    done = run_scripted(script, f"--model={MODEL}", f"--rate-card={card}")
-    assert done.exit_code == 0, done.stderr[-3000:]
-    assert done.result["terminal_state"] == "resolved"
-    run = done.run
-    assert run["agent"] == "claude-code" and run["agent_version"].startswith("claude-code ")
-    assert run["phase_status"]["codex"] == "ok" and run["codex"]["last_message_present"] is True
-    assert (done.job / "codex-last-message.txt").read_text() == "fixed"
-    # the prompt reached the model through stdin
-    first = json.dumps(done.bodies[0]["messages"])
-    assert PROMPT.strip() in first
-    events = done.events()
-    assert "CHECK-PASSED" in events and "ATTACK-DONE" in events
-    # the job root, the host's /tmp and the rest of the host were out of reach: the job root lies
-    # under /tmp here, which the agent sees as a private empty tmpfs; everything else is read-only
-    assert str(done.job).startswith("/tmp/"), "the job root must lie under /tmp for this test to mean anything"
-    assert "extract.json: No such file or directory" in events and f"{outside}: Read-only file system" in events
-    assert read_json(done.job / "result-markers" / "extract.json")["status"] == "ok"
-    assert not (done.job / "logs" / "evil.txt").exists() and not probe.exists() and not outside.exists()
-    # no key, no secret of the operator's, in the agent's commands; a private HOME
-    dumped = (done.job / "buggy-source" / "envdump.txt").read_text()
-    assert "PATH=" in dumped and f"HOME={done.job}/agent-home" in dumped
-    assert KEY_VALUE not in dumped and "ANTHROPIC_API_KEY" not in dumped and PLANTED not in dumped
-    patch = (done.job / "Patches" / "stub_calc" / "attempt.patch").read_text()
-    assert "return a + b" in patch and KEY_VALUE not in patch
-    assert run["changed_file_count"] == 2  # the fix and the agent's own envdump.txt, nothing of a sandbox's
+    def held(self, done: Run, changed: int = 2) -> dict:
+        """Every guard held and the task resolved (``changed`` files in the patch); the compact run."""
+        assert done.exit_code == 0, done.stderr[-3000:]
+        assert done.result["terminal_state"] == "resolved"
+        run = done.run
+        assert run["agent"] == "claude-code" and run["agent_version"].startswith("claude-code ")
+        assert run["phase_status"]["codex"] == "ok" and run["codex"]["last_message_present"] is True
+        assert (done.job / "codex-last-message.txt").read_text() == "fixed"
+        # the prompt reached the model through stdin
+        assert PROMPT.strip() in json.dumps(done.bodies[0]["messages"])
+        events = done.events()
+        assert "CHECK-PASSED" in events and "ATTACK-DONE" in events
+        # the job root, the host's /tmp and the rest of the host were out of reach: the job root lies
+        # under /tmp here, which the agent sees as a private empty tmpfs; everything else is read-only
+        assert str(done.job).startswith("/tmp/"), "the job root must lie under /tmp for this test to mean anything"
+        assert "extract.json: No such file or directory" in events and f"{self.outside}: Read-only file system" in events
+        assert read_json(done.job / "result-markers" / "extract.json")["status"] == "ok"
+        assert not (done.job / "logs" / "evil.txt").exists() and not self.probe.exists() and not self.outside.exists()
+        # no key, no secret of the operator's, in the agent's commands; a private HOME
+        dumped = (done.job / "buggy-source" / "envdump.txt").read_text()
+        assert "PATH=" in dumped and f"HOME={done.job}/agent-home" in dumped
+        assert KEY_VALUE not in dumped and "ANTHROPIC_API_KEY" not in dumped and PLANTED not in dumped
+        patch = (done.job / "Patches" / "stub_calc" / "attempt.patch").read_text()
+        assert "return a + b" in patch and KEY_VALUE not in patch
+        assert run["changed_file_count"] == changed  # the fix, the agent's own envdump.txt, nothing of a sandbox's
+        assert agent_gone(done.job / "buggy-source")
+        return run
+
+
+def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Path) -> None:
+    card = tmp_path / "card.toml"
+    card.write_text(DISJOINT_CARD)
+    attack = Attack()
+    done = run_scripted(attack.script, f"--model={MODEL}", f"--rate-card={card}")
+    run = attack.held(done)
+    assert (done.job / "buggy-source" / "envdump.txt").read_text().splitlines()[-1] == "0"  # as the runner: root
     # four responses of the conversation, Anthropic's disjoint counts, priced on the card
     metrics = run["metrics"]
     assert (metrics["input_tokens"], metrics["cache_tokens"], metrics["cache_write_tokens"], metrics["output_tokens"]) \
@@ -140,6 +158,82 @@ def test_claude_code_fixes_the_stub_under_every_guard(run_scripted, tmp_path: Pa
     assert metrics["cost_known"] is True and metrics["cost_usd"] == pytest.approx(expected)
     marker = read_json(done.job / "result-markers" / "codex.json")
     assert marker["details"]["agent"] == "claude-code" and marker["details"]["turns"] >= 4
+
+
+def test_claude_code_as_an_unprivileged_agent_user_under_every_guard(run_scripted, open_tmp: Path) -> None:
+    """``--agent-user nobody``: the same guards, Claude Code and its commands as that user, its commands offline."""
+    if os.geteuid() != 0:
+        pytest.skip("--agent-user needs the runner to run as root")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    attack = Attack()
+
+    def script(job: Path) -> list:
+        job.chmod(0o711)  # the agent user reaches buggy-source/ and its HOME, nothing else of the job root
+        offline = "(exec 3<>/dev/tcp/127.0.0.1/9) 2> net.txt; echo \"exit=$?\" >> net.txt"
+        first, *rest = attack.script(job)
+        return [turn(exec_call(f"{offline}; echo OFFLINE-TRIED")), first, *rest]
+
+    done = run_scripted(script, "--agent-user", "nobody", under=open_tmp)
+    attack.held(done, changed=3)  # and its net.txt
+    assert (done.job / "buggy-source" / "envdump.txt").read_text().splitlines()[-1] == str(nobody)
+    assert (done.job / "buggy-source" / "calc" / "mathops.py").stat().st_uid == nobody  # the agent's own write
+    tried = (done.job / "buggy-source" / "net.txt").read_text()
+    assert "Network is unreachable" in tried and "exit=1" in tried, tried
+
+
+class Listener:
+    """A TCP port listening on the host's 127.0.0.1, counting the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def __enter__(self) -> Listener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_claude_code_reaches_its_model_but_its_commands_have_no_network(run_scripted) -> None:
+    """A port listening on the host's loopback: Claude Code's API calls go out, its commands' connections do not."""
+    with Listener() as listener:
+        reach = (
+            f"(exec 3<>/dev/tcp/127.0.0.1/{listener.port}) 2> net.txt; echo \"bash-exit=$?\" >> net.txt; "
+            f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {listener.port}), timeout=3)' "
+            "2>> net.txt; echo \"python-exit=$?\" >> net.txt; echo NET-TRIED"
+        )
+        done = run_scripted([turn(exec_call(reach)), turn(SHELL_FIX), turn(exec_call(RUN_THE_CHECK)), turn(message("fixed"))])
+        assert listener.accepted == 0, "a command of the agent connected to the host's loopback"
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=3):
+            pass  # the control: the port took connections from outside the agent's commands
+        deadline = time.monotonic() + 5
+        while listener.accepted == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listener.accepted == 1
+    assert done.exit_code == 0, done.stderr[-3000:]
+    assert done.requests >= 4  # every response of the conversation reached Claude Code over the network
+    assert done.result["terminal_state"] == "resolved"
+    tried = (done.job / "buggy-source" / "net.txt").read_text()
+    assert "Network is unreachable" in tried and "bash-exit=1" in tried and "python-exit=1" in tried, tried
+    events = done.events()
+    assert "NET-TRIED" in events and "CHECK-PASSED" in events
 
 
 def test_a_failing_provider_is_an_infrastructure_failure(run_scripted) -> None:
@@ -316,3 +410,104 @@ def test_a_cap_stops_claude_code_between_responses_and_the_attempt_is_scored(run
     assert run["metrics"]["input_tokens"] == 180 and run["metrics"]["cache_tokens"] == 90
     assert "turn-3" in done.events() and "turn-4" not in done.events()
     assert read_json(done.job / "logs" / "codex.usage.json")["total_tokens"] > 150
+
+
+# -- the fleet: a worker's Claude Code tasks -------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.redis
+def test_a_worker_without_claude_code_fails_its_tasks_as_infrastructure_and_says_so(fleet) -> None:
+    """The worker checks the agent a task names: no Claude Code here is the host's failure (retried,
+    then failed as infrastructure, never started), while its codex tasks still run, and /healthz says why."""
+    import urllib.request
+
+    fleet.prompt("t_claude", PROMPT)
+    fleet.prompt("t_fix", "Fix calc.add.\nfake-codex-mode: fix\n")
+    port = _free_port()
+    jobs = fleet.jobs("host-a")
+    worker = fleet.worker("host-a", jobs, "--claude-bin", "no-such-claude", "--max-infra-retries", "1",
+                          "--retry-backoff", "0.2", "--http", f"127.0.0.1:{port}", env={"ANTHROPIC_API_KEY": KEY_VALUE})
+    assert fleet.submit("s", "--tag", "t_claude", "--agent", "claude-code").returncode == 0
+    assert fleet.submit("s", "--tag", "t_fix").returncode == 0
+    fleet.wait("both final", lambda: {r["state"] for r in fleet.rows("s").values()} <= {"done", "failed"}
+               and len(fleet.rows("s")) == 2)
+    rows = fleet.rows("s")
+    claude = rows["t_claude/claude-code/1"]  # its arm: the agent
+    assert (claude["state"], claude["infra_failure"], claude["failure_label"]) == ("failed", True, "agent_unavailable")
+    assert claude["retries"] == 1 and claude["agent"] == "claude-code" and claude["resolved"] is not True
+    assert rows["t_fix/1"]["state"] == "done" and rows["t_fix/1"]["resolved"] is True  # its codex tasks still run
+    assert not (jobs / "s" / "t_claude").exists()  # never started: no job root, no container
+    unavailable = log_events(list(worker.lines), "agent_unavailable")
+    assert len(unavailable) == 2 and unavailable[0]["agent"] == "claude-code"
+    assert unavailable[0]["failing"] == ["claude_code_binary"]  # the key is set: its login check passes
+    starts = [event["task"] for event in log_events(list(worker.lines), "task_started")]
+    assert starts == ["t_fix/1"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+        health = json.loads(answer.read())
+        assert answer.status == 200  # it takes work: its codex tasks
+    checks = {check["name"]: check for check in health["checks"]}
+    assert checks["codex_login"]["ok"] is True and checks["claude_code_binary"]["ok"] is False
+    assert "--claude-bin" in checks["claude_code_binary"]["detail"]
+    summary = json.loads(fleet.status("--suite", "s").stdout)["suites"][0]["summary"]
+    assert summary["infra_failures"] == 1 and summary["resolved_rate_without_infra"] == 1.0
+    code, _stdout, stderr = fleet.stop(worker)
+    assert code == 0, stderr[-2000:]
+
+
+@pytest.mark.redis
+def test_one_suite_on_a_worker_holds_both_agents_attempts_of_the_same_tags(fleet, real_claude: Path,
+                                                                          tmp_path: Path) -> None:
+    """``submit --agent claude-code`` beside a codex submission of the same tags, one suite: a real worker
+    runs the real Claude Code CLI and the real codex against the scripted model (both wire formats);
+    every task ends done and resolved, each row and compact run says its agent, and the status compares them."""
+    from runner.canary.model_server import KEY_VARIABLE, write_codex_home
+
+    codex = shutil.which("codex")
+    assert codex is not None, "the real Codex CLI is needed beside Claude Code"
+    tags = ["stub_a", "stub_b"]
+    for tag in tags:
+        fleet.prompt(tag, PROMPT)
+    jobs = fleet.jobs("host-a")
+    tag_args = [arg for tag in tags for arg in ("--tag", tag)]
+    with ScriptedModel([turn(SHELL_FIX), turn(message("fixed"))], per_conversation=True) as model:
+        home = write_codex_home(tmp_path / "codex-home-real", model.base_url)
+        worker = fleet.worker("host-a", jobs, "--claude-bin", str(real_claude), "--codex-bin", codex,
+                              f"--codex-home={home}", "--slots", "2",
+                              env={"CODEX_HOME": str(home), KEY_VARIABLE: KEY_VALUE,
+                                   "ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": KEY_VALUE})
+        for agent in ("claude-code", "codex"):
+            submitted = fleet.submit("both", *tag_args, "--agent", agent, "--codex-timeout=120")
+            assert submitted.returncode == 0, submitted.stderr[-2000:]
+            assert json.loads(submitted.stdout)["queued"] == 2
+        keys = {f"{tag}/{arm}" for tag in tags for arm in ("1", "claude-code/1")}
+        fleet.wait("every task done", lambda: set(fleet.rows("both")) == keys
+                   and all(row["state"] == "done" for row in fleet.rows("both").values()), timeout=600)
+        again = fleet.submit("both", *tag_args, "--agent", "claude-code")  # its attempts are there: nothing added
+        assert json.loads(again.stdout)["skipped_existing"] == 2
+        code, _stdout, stderr = fleet.stop(worker)
+    assert code == 0, stderr[-2000:]
+    rows = fleet.rows("both")
+    for tag in tags:
+        for agent, key, root in (("codex", f"{tag}/1", jobs / "both" / tag / "attempt-1"),
+                                 ("claude-code", f"{tag}/claude-code/1", jobs / "both" / tag / "claude-code" / "attempt-1")):
+            row = rows[key]
+            assert row["resolved"] is True and row["agent"] == agent and row["infra_failure"] is False
+            assert row["arm"] == (None if agent == "codex" else agent)
+            run = read_json(root / "benchmark_run.compact.json")
+            assert run["agent"] == agent and run["agent_version"].startswith("claude-code " if agent != "codex" else "codex")
+            assert run["official_task_score"]["resolved"] is True
+            assert (root / "logs" / f"{agent}.stdout.log").is_file()
+    status = json.loads(fleet.status("--suite", "both").stdout)["suites"][0]
+    comparison = status["comparison"]
+    for agent in ("codex", "claude-code"):
+        side = comparison["agents"][agent]
+        assert (side["tasks"], side["resolved"], side["resolved_rate"]) == (2, 2, 1.0)
+    assert comparison["tags"] == {tag: {"claude-code": True, "codex": True} for tag in tags}
+    markdown = fleet.status("--suite", "both", "--format", "markdown").stdout
+    assert "| stub_a (claude-code) |" in markdown and "Agents side by side" in markdown

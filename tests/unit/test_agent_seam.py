@@ -4,6 +4,7 @@ and the scripted model's Anthropic Messages stream read back over a real socket.
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from runner.agents.claude_code import (
     DISALLOWED_TOOLS,
     SHELL_PREFIX,
     StreamMeter,
+    bwrap_path,
     child_environment,
     claude_argv,
     confined,
@@ -69,6 +71,25 @@ def test_claude_codes_environment_is_an_allowlist_with_the_key_dropped_from_its_
     assert env["HOME"] == str(tmp_path) and env["CLAUDE_CONFIG_DIR"] == str(tmp_path / ".claude")
     assert env["CLAUDE_CODE_SHELL_PREFIX"] == str(SHELL_PREFIX) and env["DISABLE_TELEMETRY"] == "1"
     assert "unset ANTHROPIC_API_KEY ANTHROPIC_AUTH_TOKEN" in SHELL_PREFIX.read_text()
+
+
+def test_the_shell_prefix_runs_a_command_offline_or_not_at_all(tmp_path: Path) -> None:
+    """In the runner's bubblewrap, a command finds only a loopback that is down; where no network
+    namespace can be made (user namespaces disabled), the command does not run at all."""
+    bwrap = bwrap_path(load_settings())
+    if bwrap is None:
+        pytest.skip("no bubblewrap (bwrap on PATH or the Codex CLI's own)")
+    marker = tmp_path / "ran"
+    command = f"grep -c : /proc/net/dev > {marker}"
+    offline = subprocess.run(confined([str(SHELL_PREFIX), command], bwrap, (tmp_path,)), capture_output=True, timeout=30)
+    assert offline.returncode == 0, offline.stderr
+    assert marker.read_text().strip() == "1"  # the loopback alone; the host has more
+    marker.unlink()
+    refused = subprocess.run([bwrap, "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "--dev", "/dev",
+                              "--proc", "/proc", "--bind", str(tmp_path), str(tmp_path), "--", str(SHELL_PREFIX), command],
+                             capture_output=True, timeout=30)
+    assert refused.returncode == 126 and b"no network namespace" in refused.stderr
+    assert not marker.exists()
 
 
 def _events(*lines: dict) -> bytes:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.fleet.hostchecks import HostReport, check_host
+from runner.agents import AgentName
+from runner.fleet.hostchecks import AgentChecks, HostReport, check_host
 from runner.fleet.ledger import LedgerRow, TaskState, summary
 from runner.fleet.state import WorkerState
 from runner.phases.precheck import Check, codex_login
@@ -29,6 +30,18 @@ def test_a_good_message_parses_and_its_identity_is_suite_tag_and_attempt() -> No
     assert task.key == "t_a/1"
     assert task.message_id == message_id("s1", "t_a", 1) != message_id("s1", "t_a", 2)
     assert task.message_id == parse_message(_payload()).message_id  # stable across submissions
+
+
+def test_another_agents_task_is_an_arm_of_its_own_and_codex_keeps_its_keys() -> None:
+    """One suite, both agents, the same tag: two rows, two messages, two job roots; codex's as before the seam."""
+    claude = parse_message(_payload(spec={**SPEC, "agent": "claude-code"}))
+    named_codex = parse_message(_payload(spec={**SPEC, "agent": "codex"}))
+    codex = parse_message(_payload())
+    assert (codex.arm, codex.key) == (named_codex.arm, named_codex.key) == (None, "t_a/1")
+    assert codex.message_id == named_codex.message_id == message_id("s1", "t_a", 1)
+    assert (claude.arm, claude.key) == ("claude-code", "t_a/claude-code/1") and claude.message_id != codex.message_id
+    row = LedgerRow(tag="t_a", attempt=1, arm="claude-code", state=TaskState.QUEUED, queue="default", submitted_at=0)
+    assert row.key == claude.key
 
 
 @pytest.mark.parametrize(
@@ -212,3 +225,26 @@ def test_dramatiqs_own_log_lines_name_a_message_by_its_id_never_its_prompt() -> 
     text = sink.getvalue()
     assert "SECRET-PROMPT-TEXT" not in text and "fix it" not in text
     assert text.count("message m-123") == 2 and "'m-123' in 15 milliseconds" in text
+
+
+def test_a_workers_agent_checks_are_the_seams_remembered_a_while_and_codex_is_the_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Claude Code installed after the first check is found only once the remembered answer expires."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    claude = tmp_path / "claude"
+    clock = [100.0]
+    checks = AgentChecks(HostSettings(claude_bin=str(claude)), ttl=60, clock=lambda: clock[0])
+    assert checks.checks(AgentName.CODEX) == []  # check_host's, every --check-interval
+    first = {check.name: check.ok for check in checks.checks(AgentName.CLAUDE_CODE)}
+    assert set(first) == {"claude_code_binary", "claude_code_login"} and first["claude_code_binary"] is False  # git: the host's
+    claude.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    claude.chmod(0o755)
+    clock[0] += 59
+    assert not checks.checks(AgentName.CLAUDE_CODE)[0].ok  # remembered
+    clock[0] += 2
+    found = checks.checks(AgentName.CLAUDE_CODE)[0]
+    assert found.ok and "claude-code 2.1.197" in found.detail
+    state = WorkerState("w", 1, ["default"])
+    state.agent_checks = checks.reported()
+    assert [check.name for check in state.checks()] == ["claude_code_binary", "claude_code_login"]
