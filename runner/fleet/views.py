@@ -39,7 +39,8 @@ def task_row(suite: str, row: LedgerRow) -> TaskRow:
         wall_seconds=row.wall_seconds,
         tokens={"input": row.input_tokens, "cached_input": row.cached_input_tokens, "output": row.output_tokens},
         cost_usd=row.cost_usd,
-        agent=row.agent,
+        # a task row without an arm is codex's by construction (runner.tasks.protocol.task_arm), run or not
+        agent=row.agent or row.arm or ("codex" if row.kind == "task" else None),
         image=row.image_digest or row.image_id,
     )
 

@@ -81,7 +81,7 @@ def _task_row(row: LedgerRow, suite: str, where: str) -> TaskRow:
             wall_seconds=row.wall_seconds,
             tokens={"input": row.input_tokens, "cached_input": row.cached_input_tokens, "output": row.output_tokens},
             cost_usd=row.cost_usd,
-            agent=row.agent,
+            agent=row.agent or row.arm,  # an --agents row names its agent before it has run
             image=row.image_digest or row.image_id,
         )
     except ValidationError:  # a 100 KB label, a negative count: never quoted (pydantic's message would)

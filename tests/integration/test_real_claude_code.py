@@ -511,3 +511,12 @@ def test_one_suite_on_a_worker_holds_both_agents_attempts_of_the_same_tags(fleet
     assert comparison["tags"] == {tag: {"claude-code": True, "codex": True} for tag in tags}
     markdown = fleet.status("--suite", "both", "--format", "markdown").stdout
     assert "| stub_a (claude-code) |" in markdown and "Agents side by side" in markdown
+    # the suite report keeps the two agents' attempt 1 of a tag apart and compares them from Redis
+    report_path = tmp_path / "both.md"
+    shown = run_cli("report", "--suite", "both", "--broker", fleet.url, "--namespace", fleet.namespace,
+                    "--out", str(report_path), "--format", "markdown")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    report = report_path.read_text()
+    assert "## Agents side by side" in report
+    assert all(f"| {agent} | 2 | 2 | 2 | 100.0% |" in report for agent in ("codex", "claude-code")), report
+    assert all(f"| {tag} #1 {agent} | resolved |" in report for tag in tags for agent in ("codex", "claude-code"))
