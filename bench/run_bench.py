@@ -83,13 +83,19 @@ def child(mode: str, args: list[str]) -> None:
         figures = {"extract_seconds": t1 - t0, "baseline_seconds": t2 - t1, "seconds": t2 - t0,
                    "files": result.file_count, "bytes": result.byte_count, "from_cache": result.from_cache}
     elif mode == "patch":
+        from runner.errors import PhaseError
         from runner.phases.patch import export_patch
 
         root, commit = args
         ctx = JobContext(settings=load_settings(tag="bench"), job=JobRoot.at(Path(root), "bench"))
         t0 = time.perf_counter()
-        result = export_patch(ctx, commit)
-        figures = {"seconds": time.perf_counter() - t0, "changed_files": result.changed_file_count}
+        try:
+            changed = export_patch(ctx, commit).changed_file_count
+        except PhaseError as e:  # an unchanged tree: the phase's answer is empty_patch, found as fast
+            if e.reason != "empty_patch":
+                raise
+            changed = 0
+        figures = {"seconds": time.perf_counter() - t0, "changed_files": changed}
     elif mode == "evaluate":
         from runner.phases.evaluate import evaluate
 
@@ -220,19 +226,74 @@ def measure_patch(scratch: Path, files: int) -> dict:
         capture_output=True, text=True, check=True, env=GIT_ENV,
     ).stdout.strip()
     runner = run_child("patch", str(runner_tree), commit)
-
-    def cli() -> None:
-        sh("git", "add", "-A", cwd=cli_tree)
-        with (scratch / "cli.patch").open("wb") as out:
-            subprocess.run(["git", "diff", "--cached", "--binary", "HEAD"], cwd=cli_tree, env=GIT_ENV,
-                           stdout=out, check=True)
-
-    cli_seconds = timed(cli)
+    cli_seconds = timed(lambda: cli_patch(cli_tree, scratch / "cli.patch"))
     result = {"files_changed": runner["changed_files"], "runner_seconds": runner["seconds"],
               "cli_seconds": cli_seconds, "ratio": runner["seconds"] / cli_seconds}
     print(f"patch export, 100 files changed in {files}: runner {runner['seconds']:.3f} s  "
           f"cli {cli_seconds:.3f} s  ratio {result['ratio']:.2f}", flush=True)
     return result
+
+
+def cli_patch(tree: Path, out_path: Path) -> None:
+    """The CLI way: stage everything, diff the index against HEAD."""
+    sh("git", "add", "-A", cwd=tree)
+    with out_path.open("wb") as out:
+        subprocess.run(["git", "diff", "--cached", "--binary", "HEAD"], cwd=tree, env=GIT_ENV, stdout=out, check=True)
+
+
+PATCH_TREES = (100, 10_000, 100_000)
+
+
+def measure_patch_sizes(scratch: Path, repeat: int) -> dict:
+    """Patch export on trees of 100, 10,000 and 100,000 files (4 KiB of text each, generated, no
+    image), with 100 of them changed and one added (all of them for the smallest), and unchanged:
+    the runner's phase (its baseline made as the runner makes it) against ``git add -A; git diff
+    --cached --binary HEAD`` on a copy, alternating, the index put back between rounds (outside
+    the timing), the best of ``repeat`` each."""
+    from runner.jobroot import JobRoot
+    from runner.phases.baseline import build_baseline
+
+    results: dict = {}
+    for files in PATCH_TREES:
+        source = scratch / f"patch-src-{files}"
+        sh(sys.executable, str(REPO / "bench" / "generate_tree.py"), str(source), str(files), "4096", "0")
+        runner_root, cli_tree = scratch / f"patch-runner-{files}", scratch / f"patch-cli-{files}"
+        runner_root.mkdir(parents=True)
+        sh("cp", "-a", str(source), str(runner_root / "buggy-source"))
+        sh("cp", "-a", str(source), str(cli_tree))
+        remove_tree(source)
+        commit = build_baseline(JobRoot.at(runner_root, "bench"))
+        sh("git", "init", "-q", cwd=cli_tree)
+        sh("git", "add", "-A", cwd=cli_tree)
+        sh("git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "baseline", cwd=cli_tree)
+        runner_git = ["git", "--git-dir", str(runner_root / ".baseline.git"), "--work-tree", str(runner_root / "buggy-source")]
+        for case in ("unchanged", "changed"):
+            if case == "changed":
+                for tree in (runner_root / "buggy-source", cli_tree):
+                    paths = sorted(tree.glob("pkg*/mod*/file*.py"))[:100]
+                    for path in paths:
+                        with path.open("a") as handle:
+                            handle.write("# changed by the benchmark\n")
+                    (tree / "pkg000" / "added_by_bench.py").write_text("ADDED = True\n")
+            runner_runs, cli_runs, changed = [], [], 0
+            for attempt in range(repeat):
+                for way in (("runner", "cli") if attempt % 2 == 0 else ("cli", "runner")):
+                    if way == "runner":
+                        figures = run_child("patch", str(runner_root), commit)
+                        runner_runs.append(figures["seconds"])
+                        changed = figures["changed_files"]
+                        sh(*runner_git, "read-tree", "-m", commit)
+                    else:
+                        cli_runs.append(timed(lambda: cli_patch(cli_tree, scratch / "cli.patch")))
+                        sh("git", "read-tree", "-m", "HEAD", cwd=cli_tree)
+            best_runner, best_cli = min(runner_runs), min(cli_runs)
+            results[f"{files}_{case}"] = {"files": files, "files_changed": changed, "runner_seconds": best_runner,
+                                          "cli_seconds": best_cli, "ratio": best_runner / best_cli}
+            print(f"patch export, {files:>6} files, {case:>9} ({changed:>3} in the patch): runner {best_runner:.3f} s  "
+                  f"cli {best_cli:.3f} s  ratio {best_runner / best_cli:.2f}", flush=True)
+        remove_tree(runner_root)
+        remove_tree(cli_tree)
+    return results
 
 
 # The reference script's evaluate step (evaluate_selected_tag_container), verbatim but for
@@ -645,7 +706,7 @@ def _status_mib(pid: int, field: str) -> float:
     return 0.0
 
 
-PARTS = ("extract", "evaluate", "batch", "cache", "overhead", "suite", "daemon")
+PARTS = ("extract", "patch", "evaluate", "batch", "cache", "overhead", "suite", "daemon")
 
 
 def engine_version() -> str:
@@ -697,6 +758,9 @@ def main() -> None:
             report["peak_rss_mib_biggest_tree"] = biggest["runner_peak_rss_mib"]
             targets["extract_and_baseline_ratio_at_most_1_0"] = all(v["ratio"] <= 1.0 for v in extract.values())
             targets["peak_rss_under_150_mib"] = biggest["runner_peak_rss_mib"] < 150
+        if "patch" in parts:
+            report["patch_export"] = measure_patch_sizes(args.scratch, 5 if args.quick else 9)
+            targets["patch_export_ratio_at_most_1_0"] = all(v["ratio"] <= 1.0 for v in report["patch_export"].values())
         if "evaluate" in parts:
             report["evaluate_overhead"] = measure_evaluate(args.scratch, 15 if args.quick else 30)
             targets["evaluate_overhead_ratio_at_most_1_1"] = report["evaluate_overhead"]["ratio"] <= 1.1

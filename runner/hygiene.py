@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from git import Repo
 
 # Documented in the README ("Patch hygiene"); a name at any depth.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
@@ -62,15 +61,17 @@ def matching(extra: Sequence[str] = ()) -> list[str]:
     return [f":(glob){glob}" for glob in patterns(extra)]
 
 
-def left_out_count(repo: Repo, baseline_commit: str, extra: Sequence[str] = ()) -> int:
-    """How many artefact paths differ from the baseline (new, changed or deleted), left out of the patch."""
-    only = matching(extra)
-    paths: set[str] = set()
-    for output in (
-        repo.git.diff("--cached", "--name-only", "-z", "--no-renames", baseline_commit, "--", *only),
-        # plumbing: stat data only, so a huge artefact the agent wrote over a tracked one is not read
-        repo.git.diff_files("--name-only", "-z", "--", *only),
-        repo.git.ls_files("--others", "--exclude-standard", "-z", "--", *only),
-    ):
-        paths.update(name for name in output.split("\0") if name)
-    return len(paths)
+_WILD = re.compile(r"\*+|\?|\[[^\]]*\]?")
+
+
+def needles(extra: Sequence[str] = ()) -> list[bytes] | None:
+    """Text every path an artefact pattern matches must contain: each glob's longest literal run
+    (``.pyc`` of ``**/*.pyc``). A path holding none of them is no artefact, so git need not be
+    asked; None when some pattern has no literal run at all (it could match anything)."""
+    found = []
+    for glob in patterns(extra):
+        runs = [run for run in _WILD.split(glob.removeprefix("**/").removesuffix("/**")) if run]
+        if not runs:
+            return None
+        found.append(max(runs, key=len).encode())
+    return found

@@ -14,9 +14,10 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 from pathlib import Path
 
-from git import Repo
+from git import GitCommandError, Repo
 
 from reducers.models import PatchResult
 from runner.context import JobContext
@@ -212,10 +213,10 @@ def _stream_diff(
     return digest.hexdigest(), size, counter.close()
 
 
-def _nul_separated(repo: Repo, *args: str) -> Iterator[bytes]:
+def _nul_separated(repo: Repo, *args: str, istream: BinaryIO | None = None) -> Iterator[bytes]:
     """The paths a git listing prints with ``-z``, read as they come: an agent's million new files
     are never one string in memory."""
-    process = repo.git.execute(["git", *args], as_process=True)
+    process = repo.git.execute(["git", *args], as_process=True, istream=istream)
     pending = b""
     try:
         for chunk in iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""):
@@ -233,20 +234,101 @@ def _nul_separated(repo: Repo, *args: str) -> Iterator[bytes]:
                 pipe.close()
 
 
-def _refuse_large_files(repo: Repo, work_tree: Path, pathspecs: Sequence[str]) -> None:
-    """Every changed or new file git would read, by ``lstat`` alone: ``diff-files`` compares the
-    index's stat data and ``ls-files --others`` reads directories, so no content is read here.
+# In the baseline's git directory (the runner's, out of the agent's reach): the throw-away index
+# that sorts the changed paths into the patch's and the artefacts.
+_SORTING_INDEX = "runner-sorting-index"
+_EMPTY_BLOB = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+
+
+def _changed_paths(repo: Repo, listing: BinaryIO, needles: list[bytes] | None) -> tuple[int, bool]:
+    """Every path ``git add --all`` would look at, NUL-separated into ``listing``: tracked ones whose
+    stat data differ from the index (changed, deleted, a file become a directory) and new ones that
+    ``.gitignore`` does not ignore. One git, one stat pass and one walk, as ``git add --all`` makes;
+    an embedded repository is listed as ``dir/``. Returns how many, and whether any of them may be
+    an artefact (holds one of ``runner.hygiene.needles``)."""
+    count, last, suspect = 0, b"", needles is None
+    for name in _nul_separated(repo, "ls-files", "-z", "--modified", "--others", "--exclude-standard"):
+        if name != last:  # a changed path once
+            listing.write(name + b"\0")
+            count += 1
+            last = name
+            suspect = suspect or any(needle in name for needle in needles)
+    listing.flush()
+    return count, suspect
+
+
+def _sort_out_artefacts(repo: Repo, git_dir: Path, listing: BinaryIO, kept: BinaryIO, extra: Sequence[str]) -> int:
+    """The changed paths the patch may carry (``runner.hygiene``'s patterns left out), NUL-separated
+    into ``kept``; returns how many. Git's own pathspec matching decides, on a throw-away index that
+    holds only the changed paths (as empty blobs: no content is read), never the whole tree's."""
+    index = git_dir / _SORTING_INDEX
+    index.unlink(missing_ok=True)
+    entries = tempfile.TemporaryFile(dir=git_dir)
+    try:
+        listing.seek(0)
+        for name in _read_nul(listing):
+            entries.write(b"100644 " + _EMPTY_BLOB + b"\t" + name.rstrip(b"/") + b"\0")
+        entries.seek(0)
+        with repo.git.custom_environment(GIT_INDEX_FILE=str(index)):
+            repo.git.execute(["git", "update-index", "-z", "--index-info"], istream=entries)
+            count = 0
+            for name in _nul_separated(repo, "ls-files", "-z", "--", *hygiene.excluding(extra)):
+                kept.write(name + b"\0")
+                count += 1
+        kept.flush()
+        return count
+    finally:
+        entries.close()
+        index.unlink(missing_ok=True)
+
+
+def _read_nul(stream: BinaryIO) -> Iterator[bytes]:
+    pending = b""
+    for chunk in iter(lambda: stream.read(STREAM_CHUNK), b""):
+        *names, pending = (pending + chunk).split(b"\0")
+        yield from (name for name in names if name)
+    if pending:
+        yield pending
+
+
+def _under_real_directories(path: Path, work_tree: Path, real_dirs: set[Path]) -> bool:
+    """Is every leading directory of ``path`` a directory still, not a file or a symlink now?
+    (``real_dirs``: those seen to be, so each is looked at once.)"""
+    for parent in path.parents:
+        if parent in real_dirs or len(parent.parts) < len(work_tree.parts):
+            return True
+        if os.path.islink(parent) or not os.path.isdir(parent):
+            return False
+        real_dirs.add(parent)
+    return True
+
+
+def _check_and_split(work_tree: Path, kept: BinaryIO, to_stage: BinaryIO, to_remove: BinaryIO) -> bool:
+    """Every kept path by ``lstat`` alone (no content is read): a file past FILE_MAX_BYTES is refused
+    before git reads it; a tracked file that became a plain directory, or one under a directory that
+    is a file or a symlink now, goes to ``to_remove``, every other path to ``to_stage``. Returns whether a path changed its type under a tracked one (a file
+    became a directory, a directory a file or a symlink): what now stands there is only listed once
+    the old entries are gone, so the caller lists again.
 
     Raises: PhaseError ``patch_too_large`` when a file is past FILE_MAX_BYTES.
     """
-    over = 0
-    for listing in (("diff-files", "--name-only", "-z"), ("ls-files", "--others", "--exclude-standard", "-z")):
-        for name in _nul_separated(repo, *listing, "--", *pathspecs):
-            try:
-                status = os.lstat(work_tree / os.fsdecode(name))
-            except OSError:  # deleted, or gone since: nothing of it to read
-                continue
-            over += stat.S_ISREG(status.st_mode) and status.st_size > FILE_MAX_BYTES
+    over, type_changed, real_dirs = 0, False, {work_tree}
+    kept.seek(0)
+    for name in _read_nul(kept):
+        path = work_tree / os.fsdecode(name.rstrip(b"/"))
+        if not _under_real_directories(path, work_tree, real_dirs):  # the path is no more: its entry goes
+            to_remove.write(name + b"\0")
+            type_changed = True
+            continue
+        try:
+            status = os.lstat(path)
+        except OSError:  # deleted, or gone since: nothing of it to read
+            to_stage.write(name + b"\0")
+            continue
+        over += stat.S_ISREG(status.st_mode) and status.st_size > FILE_MAX_BYTES
+        plain_dir = stat.S_ISDIR(status.st_mode) and not os.path.lexists(path / ".git")
+        type_changed = type_changed or plain_dir
+        (to_remove if plain_dir else to_stage).write(name + b"\0")
     if over:
         raise PhaseError(
             "patch", "patch_too_large",
@@ -254,21 +336,71 @@ def _refuse_large_files(repo: Repo, work_tree: Path, pathspecs: Sequence[str]) -
             "of one file; the agent left large files in the tree (left unread)",
             details={"file_max_bytes": FILE_MAX_BYTES, "files_over_limit": over},
         )
+    return type_changed
+
+
+def _index_at(repo: Repo, commit: str) -> bool:
+    """Does the index hold exactly ``commit``'s tree? Its cache-tree answers without a look at the tree."""
+    try:
+        repo.git.diff_index("--cached", "--quiet", commit)
+    except GitCommandError as e:
+        if e.status == 1:
+            return False
+        raise
+    return True
+
+
+def _stage(repo: Repo, to_stage: BinaryIO, to_remove: BinaryIO) -> None:
+    """The kept paths into the index, as ``git add --all`` would stage them (new, changed, deleted;
+    symlinks as symlinks, an embedded repository as a gitlink), touching no other entry."""
+    for argv, paths in ((("--force-remove",), to_remove), (("--add", "--remove", "--replace"), to_stage)):
+        if paths.tell():
+            paths.flush()
+            paths.seek(0)
+            repo.git.execute(["git", "update-index", "-z", *argv, "--stdin"], istream=paths)
+
+
+# A path that changed its type under a tracked one is seen whole on the second listing; a third is
+# a margin (nothing the agent can make needs it).
+_MOST_PASSES = 3
+
+
+def _stage_changes(repo: Repo, git_dir: Path, work_tree: Path, extra: Sequence[str]) -> tuple[int, bool]:
+    """One pass: the changed paths listed, sorted, checked and the patch's staged. Returns the
+    artefacts left out (every pass lists them all: they are never staged) and whether a type
+    changed (``_check_and_split``)."""
+    with tempfile.TemporaryFile(dir=git_dir) as listing, tempfile.TemporaryFile(dir=git_dir) as kept, \
+            tempfile.TemporaryFile(dir=git_dir) as to_stage, tempfile.TemporaryFile(dir=git_dir) as to_remove:
+        changed, suspect = _changed_paths(repo, listing, hygiene.needles(extra))
+        if suspect:
+            staged = _sort_out_artefacts(repo, git_dir, listing, kept, extra)
+        else:  # none of them can be an artefact: all are the patch's
+            staged, kept = changed, listing
+        type_changed = False
+        if staged:
+            type_changed = _check_and_split(work_tree, kept, to_stage, to_remove)
+            _stage(repo, to_stage, to_remove)
+        return changed - staged, type_changed
 
 
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
-    """Raises: PhaseError ``empty_patch`` when the tree equals the baseline, ``patch_too_large``."""
-    repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
-    extra = ctx.settings.patch_exclude
-    pathspecs = hygiene.excluding(extra)
-    # The index back at the baseline (a rerun finds what an earlier attempt of this phase staged);
-    # -m keeps the stat data of unchanged entries, so nothing unchanged is read again.
-    repo.git.read_tree("-m", baseline_commit)
-    _refuse_large_files(repo, ctx.job.buggy_source, pathspecs)
-    # stage new files too; .gitignore and the hygiene list (runner/hygiene.py) decide what is left out
-    repo.git.add("--all", "--", *pathspecs)
-    left_out = hygiene.left_out_count(repo, baseline_commit, extra)
-    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch, pathspecs)
+    """Raises: PhaseError ``empty_patch`` when the tree equals the baseline, ``patch_too_large``.
+
+    The index is the baseline's (with its stat data), so only what changed is ever read: one
+    listing, the changed paths sorted by git's pathspecs, each kept one staged, one diff.
+    """
+    git_dir, work_tree = ctx.job.baseline_git_dir, ctx.job.buggy_source
+    repo = open_baseline(git_dir, work_tree)
+    if not _index_at(repo, baseline_commit):
+        # a rerun finds what an earlier attempt of this phase staged; -m keeps the stat data of
+        # unchanged entries, so nothing unchanged is read again
+        repo.git.read_tree("-m", baseline_commit)
+    left_out = 0
+    for _pass in range(_MOST_PASSES):
+        left_out, type_changed = _stage_changes(repo, git_dir, work_tree, ctx.settings.patch_exclude)
+        if not type_changed:
+            break
+    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch)
     if not size:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
     return PatchResult(patch_sha256=sha256, patch_bytes=size, artifact_files_left_out=left_out, **counts)

@@ -166,3 +166,86 @@ def test_patches_to_tests_and_startup_hooks_are_counted(ctx: JobContext) -> None
     (source / "pkg" / "mod.py").write_text("def f():\n    return 3\n")
     result = export_patch(ctx, commit)
     assert (result.changed_file_count, result.sensitive_file_count) == (3, 2)
+
+
+def _stage_the_plain_way(ctx: JobContext, commit: str, extra: tuple[str, ...]) -> tuple[bytes, int]:
+    """What ``git add --all`` with the hygiene pathspecs stages, and the artefacts it leaves out: the
+    export as it was before it staged only the changed paths (the reference the fast one must equal)."""
+    from runner import hygiene
+    from runner.phases.patch import DIFF_OPTIONS
+
+    repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
+    repo.git.read_tree("-m", commit)
+    repo.git.add("--all", "--", *hygiene.excluding(extra))
+    only = hygiene.matching(extra)
+    left_out = {name for output in (repo.git.diff_files("--name-only", "-z", "--", *only),
+                                    repo.git.ls_files("--others", "--exclude-standard", "-z", "--", *only))
+                for name in output.split("\0") if name}
+    patch = repo.git.diff("--cached", *DIFF_OPTIONS, commit, stdout_as_string=False)
+    repo.git.read_tree("-m", commit)
+    return patch + (b"\n" if patch else b""), len(left_out)
+
+
+@pytest.mark.parametrize("extra", [(), ("/build/", "docs/*.tmp", "[!a]*.log2", "a**b.dat")])
+def test_the_patch_is_what_git_add_all_with_the_hygiene_pathspecs_would_stage(tmp_path: Path, extra) -> None:
+    """Only the changed paths are staged (one listing, git's pathspecs on those alone), and the
+    patch and the artefact count are byte for byte what staging the whole tree gives."""
+    job = JobRoot.at(tmp_path / "job", "demo_1")
+    source = job.buggy_source
+    for name, text in {"pkg/mod.py": "x = 1\n", "pkg/gone.py": "y\n", "becomes_dir": "file\n",
+                       "dir_goes/inner.py": "z\n", "old.pyc": "tracked bytecode\n", "link_target.py": "t\n",
+                       "docs/keep.tmp": "tracked tmp\n", "tests/test_x.py": "def test(): pass\n",
+                       "spaced name.py": "s\n", "ünï/côde.py": "u\n", "build/out.txt": "tracked build\n",
+                       "symdir/inner.py": "s\n"}.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    (source / "link").symlink_to("link_target.py")
+    (source / ".gitignore").write_text("*.log\nignored_dir/\n")
+    ctx = JobContext(settings=load_settings(tag="demo_1", patch_exclude=list(extra)), job=job)
+    commit = baseline(ctx).baseline_commit
+
+    (source / "pkg" / "mod.py").write_text("x = 2\n")
+    (source / "pkg" / "gone.py").unlink()
+    (source / "becomes_dir").unlink()
+    (source / "becomes_dir").mkdir()
+    (source / "becomes_dir" / "now.py").write_text("inside\n")
+    import shutil
+    shutil.rmtree(source / "dir_goes")
+    (source / "dir_goes").write_text("a file now\n")
+    (source / "old.pyc").write_text("rewritten bytecode\n")  # a tracked artefact: left out
+    (source / "link").unlink()
+    (source / "link").symlink_to("pkg/mod.py")
+    (source / "spaced name.py").chmod(0o755)
+    (source / "ünï" / "côde.py").write_text("u2\n")
+    (source / "tests" / "test_x.py").write_text("def test(): assert True\n")
+    (source / "docs" / "keep.tmp").write_text("changed tmp\n")
+    (source / "build" / "out.txt").write_text("changed build\n")
+    for name in ("pkg/__pycache__/mod.cpython-311.pyc", "node_modules/a/index.js", ".pytest_cache/v/x",
+                 "run.log", "ignored_dir/x.py", "pkg/fix.py.orig", "bx.log2", "ax.log2", "aXYb.dat", "a/b.dat",
+                 "deep/er/.coverage", "new dir/new file.py", "assets/blob.bin"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_bytes(b"\x00\xff binary" if name.endswith(".bin") else b"new\n")
+
+    shutil.rmtree(source / "symdir")
+    (source / "symdir").symlink_to("pkg")  # a tracked directory become a symlink to one
+    embedded = source / "vendored"  # an embedded repository: a gitlink, as git add --all makes it
+    embedded.mkdir()
+    subprocess.run(["git", "init", "-q", str(embedded)], check=True)
+    (embedded / "f").write_text("f\n")
+    subprocess.run(["git", "-C", str(embedded), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(embedded), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "m"],
+                   check=True)
+    expected_patch, expected_left_out = _stage_the_plain_way(ctx, commit, extra)
+    result = export_patch(ctx, commit)
+    got = ctx.job.patch.read_bytes()
+    heads = lambda text: [line.decode() for line in text.split(b"\n") if line.startswith(b"diff")]  # noqa: E731
+    assert heads(got) == heads(expected_patch), (sorted(set(heads(got)) ^ set(heads(expected_patch))))
+    assert got == expected_patch
+    assert result.artifact_files_left_out == expected_left_out and expected_left_out >= 6
+    again = export_patch(ctx, commit)  # a rerun finds the index staged, puts it back, and gives the same
+    assert again == result and ctx.job.patch.read_bytes() == expected_patch
+    pristine = _pristine_copy(ctx, commit, tmp_path / "pristine")
+    applied = subprocess.run(["git", "apply", "--binary", str(ctx.job.patch)], cwd=pristine, capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+    assert (pristine / "becomes_dir" / "now.py").read_text() == "inside\n"
+    assert (pristine / "dir_goes").read_text() == "a file now\n"
