@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 from pathlib import Path
 
-from git import GitCommandError, Repo
+from git import Repo
 
 from reducers.models import PatchResult
 from runner.context import JobContext
@@ -216,7 +217,10 @@ def _stream_diff(
 def _nul_separated(repo: Repo, *args: str, istream: BinaryIO | None = None) -> Iterator[bytes]:
     """The paths a git listing prints with ``-z``, read as they come: an agent's million new files
     are never one string in memory."""
-    process = repo.git.execute(["git", *args], as_process=True, istream=istream)
+    return _names_of(repo.git.execute(["git", *args], as_process=True, istream=istream))
+
+
+def _names_of(process) -> Iterator[bytes]:  # a GitPython AutoInterrupt
     pending = b""
     try:
         for chunk in iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""):
@@ -234,27 +238,40 @@ def _nul_separated(repo: Repo, *args: str, istream: BinaryIO | None = None) -> I
                 pipe.close()
 
 
-# In the baseline's git directory (the runner's, out of the agent's reach): the throw-away index
-# that sorts the changed paths into the patch's and the artefacts.
+# In the baseline's git directory (the runner's, out of the agent's reach): the patch's own copy of
+# the baseline's index, which it stages into (the baseline's is never written after its commit, so
+# every attempt of this phase starts from it), and the throw-away index that sorts the changed
+# paths into the patch's and the artefacts.
+_PATCH_INDEX = "runner-patch-index"
 _SORTING_INDEX = "runner-sorting-index"
 _EMPTY_BLOB = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 
 
-def _changed_paths(repo: Repo, listing: BinaryIO, needles: list[bytes] | None) -> tuple[int, bool]:
-    """Every path ``git add --all`` would look at, NUL-separated into ``listing``: tracked ones whose
-    stat data differ from the index (changed, deleted, a file become a directory) and new ones that
-    ``.gitignore`` does not ignore. One git, one stat pass and one walk, as ``git add --all`` makes;
-    an embedded repository is listed as ``dir/``. Returns how many, and whether any of them may be
-    an artefact (holds one of ``runner.hygiene.needles``)."""
-    count, last, suspect = 0, b"", needles is None
-    for name in _nul_separated(repo, "ls-files", "-z", "--modified", "--others", "--exclude-standard"):
-        if name != last:  # a changed path once
-            listing.write(name + b"\0")
-            count += 1
-            last = name
-            suspect = suspect or any(needle in name for needle in needles)
-    listing.flush()
-    return count, suspect
+def _changed_paths(repo: Repo, tracked: BinaryIO, new: BinaryIO, needles: list[bytes] | None) -> list[tuple[int, bool]]:
+    """Every path ``git add --all`` would look at, NUL-separated: into ``tracked`` the tracked ones
+    whose stat data differ from the index (changed, deleted, a file become a directory:
+    ``diff-files``, which stats in parallel), into ``new`` the new ones ``.gitignore`` does not
+    ignore (``ls-files --others``, the walk; an embedded repository as ``dir/``), the two gits
+    running at once. Returns, for each, how many and whether any may be an artefact (holds one
+    of ``runner.hygiene.needles``). Neither list holds a path and one under it; the two together may."""
+    started = [repo.git.execute(["git", *argv], as_process=True)
+               for argv in (("diff-files", "--name-only", "-z"), ("ls-files", "-z", "--others", "--exclude-standard"))]
+    found = []
+    try:
+        for process, listing in zip(started, (tracked, new)):
+            count, suspect = 0, needles is None
+            for name in _names_of(process):
+                listing.write(name + b"\0")
+                count += 1
+                suspect = suspect or any(needle in name for needle in needles)
+            listing.flush()
+            found.append((count, suspect))
+    finally:
+        for process in started:  # the other one, when reading the first failed
+            if process.proc is not None and process.proc.poll() is None:
+                process.proc.kill()
+                process.proc.wait()
+    return found
 
 
 def _sort_out_artefacts(repo: Repo, git_dir: Path, listing: BinaryIO, kept: BinaryIO, extra: Sequence[str]) -> int:
@@ -265,8 +282,7 @@ def _sort_out_artefacts(repo: Repo, git_dir: Path, listing: BinaryIO, kept: Bina
     index.unlink(missing_ok=True)
     entries = tempfile.TemporaryFile(dir=git_dir)
     try:
-        listing.seek(0)
-        for name in _read_nul(listing):
+        for name in _Slice(listing, 0).names():
             entries.write(b"100644 " + _EMPTY_BLOB + b"\t" + name.rstrip(b"/") + b"\0")
         entries.seek(0)
         with repo.git.custom_environment(GIT_INDEX_FILE=str(index)):
@@ -282,15 +298,6 @@ def _sort_out_artefacts(repo: Repo, git_dir: Path, listing: BinaryIO, kept: Bina
         index.unlink(missing_ok=True)
 
 
-def _read_nul(stream: BinaryIO) -> Iterator[bytes]:
-    pending = b""
-    for chunk in iter(lambda: stream.read(STREAM_CHUNK), b""):
-        *names, pending = (pending + chunk).split(b"\0")
-        yield from (name for name in names if name)
-    if pending:
-        yield pending
-
-
 def _under_real_directories(path: Path, work_tree: Path, real_dirs: set[Path]) -> bool:
     """Is every leading directory of ``path`` a directory still, not a file or a symlink now?
     (``real_dirs``: those seen to be, so each is looked at once.)"""
@@ -303,7 +310,28 @@ def _under_real_directories(path: Path, work_tree: Path, real_dirs: set[Path]) -
     return True
 
 
-def _check_and_split(work_tree: Path, kept: BinaryIO, to_stage: BinaryIO, to_remove: BinaryIO) -> bool:
+class _Slice:
+    """The part of a list file from ``start`` to its end, as the paths it holds."""
+
+    def __init__(self, stream: BinaryIO, start: int) -> None:
+        self.stream, self.start, self.end = stream, start, stream.tell()
+
+    def names(self) -> Iterator[bytes]:
+        self.stream.seek(self.start)
+        left = self.end - self.start
+        pending = b""
+        while left > 0:
+            chunk = self.stream.read(min(STREAM_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            *names, pending = (pending + chunk).split(b"\0")
+            yield from (name for name in names if name)
+        if pending:
+            yield pending
+
+
+def _check_and_split(work_tree: Path, kept: list[_Slice], to_stage: BinaryIO, to_remove: BinaryIO) -> bool:
     """Every kept path by ``lstat`` alone (no content is read): a file past FILE_MAX_BYTES is refused
     before git reads it; a tracked file that became a plain directory, or one under a directory that
     is a file or a symlink now, goes to ``to_remove``, every other path to ``to_stage``. Returns whether a path changed its type under a tracked one (a file
@@ -313,9 +341,8 @@ def _check_and_split(work_tree: Path, kept: BinaryIO, to_stage: BinaryIO, to_rem
     Raises: PhaseError ``patch_too_large`` when a file is past FILE_MAX_BYTES.
     """
     over, type_changed, real_dirs = 0, False, {work_tree}
-    kept.seek(0)
-    for name in _read_nul(kept):
-        path = work_tree / os.fsdecode(name.rstrip(b"/"))
+    for name in (name.rstrip(b"/") for part in kept for name in part.names()):  # an embedded repository's dir/
+        path = work_tree / os.fsdecode(name)
         if not _under_real_directories(path, work_tree, real_dirs):  # the path is no more: its entry goes
             to_remove.write(name + b"\0")
             type_changed = True
@@ -339,17 +366,6 @@ def _check_and_split(work_tree: Path, kept: BinaryIO, to_stage: BinaryIO, to_rem
     return type_changed
 
 
-def _index_at(repo: Repo, commit: str) -> bool:
-    """Does the index hold exactly ``commit``'s tree? Its cache-tree answers without a look at the tree."""
-    try:
-        repo.git.diff_index("--cached", "--quiet", commit)
-    except GitCommandError as e:
-        if e.status == 1:
-            return False
-        raise
-    return True
-
-
 def _stage(repo: Repo, to_stage: BinaryIO, to_remove: BinaryIO) -> None:
     """The kept paths into the index, as ``git add --all`` would stage them (new, changed, deleted;
     symlinks as symlinks, an embedded repository as a gitlink), touching no other entry."""
@@ -365,42 +381,58 @@ def _stage(repo: Repo, to_stage: BinaryIO, to_remove: BinaryIO) -> None:
 _MOST_PASSES = 3
 
 
-def _stage_changes(repo: Repo, git_dir: Path, work_tree: Path, extra: Sequence[str]) -> tuple[int, bool]:
+def _stage_changes(repo: Repo, git_dir: Path, work_tree: Path, extra: Sequence[str]) -> tuple[int, int, bool]:
     """One pass: the changed paths listed, sorted, checked and the patch's staged. Returns the
-    artefacts left out (every pass lists them all: they are never staged) and whether a type
-    changed (``_check_and_split``)."""
-    with tempfile.TemporaryFile(dir=git_dir) as listing, tempfile.TemporaryFile(dir=git_dir) as kept, \
-            tempfile.TemporaryFile(dir=git_dir) as to_stage, tempfile.TemporaryFile(dir=git_dir) as to_remove:
-        changed, suspect = _changed_paths(repo, listing, hygiene.needles(extra))
-        if suspect:
-            staged = _sort_out_artefacts(repo, git_dir, listing, kept, extra)
-        else:  # none of them can be an artefact: all are the patch's
-            staged, kept = changed, listing
+    artefacts left out (every pass lists them all: they are never staged), how many paths were
+    staged, and whether a type changed (``_check_and_split``)."""
+    with tempfile.TemporaryFile(dir=git_dir) as tracked, tempfile.TemporaryFile(dir=git_dir) as new, \
+            tempfile.TemporaryFile(dir=git_dir) as sorted_out, tempfile.TemporaryFile(dir=git_dir) as to_stage, \
+            tempfile.TemporaryFile(dir=git_dir) as to_remove:
+        changed = staged = 0
+        kept: list[BinaryIO] = []
+        for listing, (count, suspect) in zip((tracked, new), _changed_paths(repo, tracked, new, hygiene.needles(extra))):
+            changed += count
+            if not count:
+                continue
+            if suspect:  # sorted one list at a time: a sorting index cannot hold a path and one under it
+                start = sorted_out.tell()
+                staged += _sort_out_artefacts(repo, git_dir, listing, sorted_out, extra)
+                kept.append(_Slice(sorted_out, start))
+            else:  # none of them can be an artefact: all are the patch's
+                staged += count
+                kept.append(_Slice(listing, 0))
         type_changed = False
         if staged:
             type_changed = _check_and_split(work_tree, kept, to_stage, to_remove)
             _stage(repo, to_stage, to_remove)
-        return changed - staged, type_changed
+        return changed - staged, staged, type_changed
 
 
 def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     """Raises: PhaseError ``empty_patch`` when the tree equals the baseline, ``patch_too_large``.
 
-    The index is the baseline's (with its stat data), so only what changed is ever read: one
-    listing, the changed paths sorted by git's pathspecs, each kept one staged, one diff.
+    Staged into a copy of the baseline's index (its stat data, its mtime: git's racy-entry rule
+    holds as it would on the original), so only what changed is ever read: one listing, the
+    changed paths sorted by git's pathspecs, the kept ones staged, one diff.
     """
     git_dir, work_tree = ctx.job.baseline_git_dir, ctx.job.buggy_source
     repo = open_baseline(git_dir, work_tree)
-    if not _index_at(repo, baseline_commit):
-        # a rerun finds what an earlier attempt of this phase staged; -m keeps the stat data of
-        # unchanged entries, so nothing unchanged is read again
-        repo.git.read_tree("-m", baseline_commit)
-    left_out = 0
-    for _pass in range(_MOST_PASSES):
-        left_out, type_changed = _stage_changes(repo, git_dir, work_tree, ctx.settings.patch_exclude)
-        if not type_changed:
-            break
-    sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch)
+    index = git_dir / _PATCH_INDEX
+    shutil.copy2(git_dir / "index", index)
+    try:
+        with repo.git.custom_environment(GIT_INDEX_FILE=str(index)):
+            staged = 0
+            for _pass in range(_MOST_PASSES):
+                left_out, staged_now, type_changed = _stage_changes(repo, git_dir, work_tree, ctx.settings.patch_exclude)
+                staged += staged_now
+                if not type_changed:
+                    break
+            if not staged:  # nothing but artefacts changed, or nothing at all: the diff would be empty
+                raise PhaseError("patch", "empty_patch",
+                                 "the agent changed nothing: the diff against the baseline is empty")
+            sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch)
+    finally:
+        index.unlink(missing_ok=True)
     if not size:
         raise PhaseError("patch", "empty_patch", "the agent changed nothing: the diff against the baseline is empty")
     return PatchResult(patch_sha256=sha256, patch_bytes=size, artifact_files_left_out=left_out, **counts)

@@ -249,3 +249,24 @@ def test_the_patch_is_what_git_add_all_with_the_hygiene_pathspecs_would_stage(tm
     assert applied.returncode == 0, applied.stderr
     assert (pristine / "becomes_dir" / "now.py").read_text() == "inside\n"
     assert (pristine / "dir_goes").read_text() == "a file now\n"
+
+
+def test_an_embedded_repository_in_a_tree_without_artefacts_is_staged_as_git_add_all_stages_it(
+    ctx: JobContext, tmp_path: Path
+) -> None:
+    """No path may be an artefact, so git is not asked to sort them: the listing's ``dir/`` is
+    still staged as the gitlink ``git add --all`` makes."""
+    commit = baseline(ctx).baseline_commit
+    source = ctx.job.buggy_source
+    (source / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    embedded = source / "vendored"
+    embedded.mkdir()
+    subprocess.run(["git", "init", "-q", str(embedded)], check=True)
+    (embedded / "f").write_text("f\n")
+    subprocess.run(["git", "-C", str(embedded), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(embedded), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "m"],
+                   check=True)
+    expected, left_out = _stage_the_plain_way(ctx, commit, ())
+    result = export_patch(ctx, commit)
+    assert ctx.job.patch.read_bytes() == expected and b"Subproject commit" in expected
+    assert (result.changed_file_count, result.artifact_files_left_out) == (2, left_out) == (2, 0)

@@ -103,23 +103,31 @@ def test_files_each_under_the_bound_but_a_patch_past_it_stop_git_as_it_streams(t
     _nothing_written(tmp_path)
 
 
-def test_a_large_file_an_earlier_attempt_staged_is_still_refused(tmp_path: Path) -> None:
-    """A rerun of the phase finds the index as the earlier attempt left it: the size check must
-    see a file staged then (the index is put back at the baseline first)."""
+def test_a_rerun_starts_from_the_baseline_s_index_whatever_an_earlier_attempt_staged(tmp_path: Path) -> None:
+    """The phase stages into its own copy of the baseline's index: an attempt refused for a large
+    file, or one that exported, leaves the baseline's index as the baseline wrote it, so a rerun
+    sees exactly the tree's changes (the large file once it is gone: no trace of it)."""
     ctx = _ctx(tmp_path)
     commit = baseline(ctx).baseline_commit
+    index = ctx.job.baseline_git_dir / "index"
+    pristine = (index.read_bytes(), index.stat().st_mtime_ns)
     big = ctx.job.buggy_source / "staged.bin"
     with open(big, "wb") as out:
         out.truncate(FILE_MAX_BYTES + 1)
-    repo = open_baseline(ctx.job.baseline_git_dir, ctx.job.buggy_source)
-    repo.git.add("--", "staged.bin")
+    (ctx.job.buggy_source / "pkg" / "extra.py").write_text("X = 1\n")
     with pytest.raises(PhaseError) as caught:
         export_patch(ctx, commit)
     assert caught.value.reason == "patch_too_large" and caught.value.details["files_over_limit"] == 1
-    big.unlink()  # once it is gone, the rerun exports the rest and the index holds no trace of it
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == pristine
+    big.unlink()  # once it is gone, the rerun exports the rest and holds no trace of it
     (ctx.job.buggy_source / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
     result = export_patch(ctx, commit)
-    assert result.changed_file_count == 1 and b"staged.bin" not in ctx.job.patch.read_bytes()
+    assert result.changed_file_count == 2 and b"staged.bin" not in ctx.job.patch.read_bytes()
+    (ctx.job.buggy_source / "pkg" / "extra.py").unlink()  # an earlier export staged it: this one must not
+    again = export_patch(ctx, commit)
+    assert again.changed_file_count == 1 and b"extra.py" not in ctx.job.patch.read_bytes()
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == pristine
+    assert sorted(p.name for p in ctx.job.baseline_git_dir.iterdir() if p.name.startswith("runner-")) == []
 
 
 def test_gnu_patch_leftovers_are_kept_out_of_the_patch_and_counted(tmp_path: Path) -> None:
