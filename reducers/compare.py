@@ -20,7 +20,7 @@ def agent_comparison(rows: Iterable[tuple[str, str, TaskFacts]]) -> dict[str, An
 
     An agent's summary: its tasks, how many were scored and resolved, its resolved rate over
     the scored ones, pass@k over its tags, its tokens and its cost (per tag, per resolved task),
-    and ``per_tag``: each tag's attempts, n, c and pass@k for this agent alone.
+    and ``per_tag``: each tag's attempts, n, c, pass@k, tokens and cost for this agent alone.
     """
     by_agent: dict[str, list[tuple[str, TaskFacts]]] = {}
     tags: dict[str, dict[str, bool | None]] = {}
@@ -45,9 +45,16 @@ def agent_comparison(rows: Iterable[tuple[str, str, TaskFacts]]) -> dict[str, An
             "output_tokens": sum(facts.output_tokens for _tag, facts in ran),
             "cost": cost,
             "per_tag": {item["tag"]: {**{k: v for k, v in item.items() if k != "tag"},
+                                      **_tag_tokens(ran, item["tag"]),
                                       "cost_usd": cost["per_tag_usd"].get(item["tag"])} for item in summaries},
         }
     return {"agents": agents, "tags": {tag: dict(sorted(row.items())) for tag, row in sorted(tags.items())}}
+
+
+def _tag_tokens(rows: list[tuple[str, TaskFacts]], tag: str) -> dict[str, int]:
+    own = [facts for name, facts in rows if name == tag]
+    return {"input_tokens": sum(facts.input_tokens for facts in own),
+            "output_tokens": sum(facts.output_tokens for facts in own)}
 
 
 def comparison_markdown(comparison: dict[str, Any]) -> list[str]:

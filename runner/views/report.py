@@ -94,7 +94,7 @@ def _agent_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def _agent_tag_rows(doc: dict[str, Any]) -> list[list[str]]:
-    """Per tag, each agent's c of n resolved, its pass@1 and its cost ('-': the agent did not run the tag)."""
+    """Per tag, each agent's c of n resolved, its pass@1, tokens and cost ('-': the agent did not run the tag)."""
     sides = doc["agents"]["agents"]
     tags = sorted({tag for side in sides.values() for tag in side["per_tag"]})
     rows = []
@@ -104,7 +104,7 @@ def _agent_tag_rows(doc: dict[str, Any]) -> list[list[str]]:
             own = side["per_tag"].get(tag)
             cells.append("-" if own is None else
                          f"{own['resolved']}/{own['scored']} resolved, pass@1 {fmt_rate(own['pass_at'].get('1'))}, "
-                         f"{fmt_dollars(own['cost_usd'])}")
+                         f"tokens {own['input_tokens']:,} in / {own['output_tokens']:,} out, {fmt_dollars(own['cost_usd'])}")
         rows.append(cells)
     return rows
 

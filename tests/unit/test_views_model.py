@@ -206,7 +206,8 @@ def test_a_suite_of_two_agents_keeps_their_rows_apart_and_compares_them_per_tag(
     assert {r["label"] for r in document["rows"]} >= {"t_a #1 codex", "t_a #1 claude-code"}
     markdown = render_markdown(document)
     assert "| claude-code | 3 | 2 | 2 | 100.0% |" in markdown
-    assert ("| t_a | 1/1 resolved, pass@1 100.0%, $1.0000 | 1/2 resolved, pass@1 50.0%, $1.0000 |" in markdown), markdown
+    assert ("| t_a | 1/1 resolved, pass@1 100.0%, tokens 100 in / 10 out, $1.0000 "
+            "| 1/2 resolved, pass@1 50.0%, tokens 200 in / 20 out, $1.0000 |" in markdown), markdown
 
 
 def test_the_document_and_the_report_carry_the_ledgers_cost_summary() -> None:
