@@ -265,7 +265,7 @@ def ensure_image(client: docker.DockerClient, image: str, *, allow_pull: bool, p
     found = local_image(client, image)
     if found is not None:
         if state_dir is not None:
-            PulledImages(state_dir).used(found.id)
+            PulledImages(state_dir).used(found.id)  # only when the runner pulled it (else no lock, no write)
         return found
     if not allow_pull:
         raise ImageMissingError(image)
@@ -349,6 +349,10 @@ class PulledImages:
                                            size_bytes=int(image.attrs.get("Size") or 0), pulled_at=now, last_used=now)
 
     def used(self, image_id: str) -> None:
+        """Mark a pulled image used now; an image the runner did not pull is not its to track, so for one
+        the record does not hold, nothing is locked or written (a lockless look, then the locked update)."""
+        if image_id not in self._read():
+            return
         with self._locked() as images:
             if image_id in images:
                 images[image_id] = images[image_id].model_copy(update={"last_used": time.time()})
