@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -22,14 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 REGISTRY_BINARY = os.environ.get("RUNNER_TEST_REGISTRY_BIN", "docker-registry")
 LABEL_TEST_IMAGE = "io.agentissue-runner.test-image"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Registry:
@@ -37,7 +32,7 @@ class Registry:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.config = directory / "config.yml"
         self.config.write_text(
