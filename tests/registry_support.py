@@ -85,12 +85,15 @@ def start_registry(directory: Path) -> Registry:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[Registry]:
+def registry(tmp_path: Path, docker_client) -> Iterator[Registry]:
+    """A registry of the test's own; at teardown every image pulled from it or pushed to it goes from
+    the engine, and the test fails if one stays."""
     running = start_registry(tmp_path / "registry")
     try:
         yield running
     finally:
         running.stop()
+        assert_none_left(docker_client, running)
 
 
 def _context(base: str, megabytes: int, salt: str) -> io.BytesIO:
@@ -131,11 +134,32 @@ def local_images(docker_client, repository: str) -> list:
 
 
 def remove_local(docker_client, repository: str) -> None:
+    """Remove every local image named ``repository`` (by tag or by repo digest: one pulled by digest
+    has no tag)."""
     for image in local_images(docker_client, repository):
         try:
             docker_client.images.remove(image.id, force=True)
         except Exception:
             pass
+
+
+def images_from(docker_client, registry: Registry) -> list:
+    """Local images pulled from ``registry`` or built to be pushed to it (any repository of it)."""
+    prefix = registry.host + "/"
+    return [image for image in docker_client.images.list()
+            if any(name.startswith(prefix) for name in image.tags + (image.attrs.get("RepoDigests") or []))]
+
+
+def assert_none_left(docker_client, registry: Registry) -> None:
+    """Remove what ``registry``'s images left on the engine, then fail if any stayed: a test's pulls
+    and pushes (untagged, once the registry's port is gone) must not pile up on the engine."""
+    for image in images_from(docker_client, registry):
+        try:
+            docker_client.images.remove(image.id, force=True)
+        except Exception:
+            pass
+    left = [image.attrs.get("RepoDigests") or image.tags for image in images_from(docker_client, registry)]
+    assert not left, f"images of the test's registry {registry.host} are left on the engine: {left}"
 
 
 class StallingRegistry:
