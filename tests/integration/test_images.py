@@ -62,6 +62,10 @@ class ImageSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    @property
+    def figures(self) -> dict[str, int]:
+        return {"most": self.most, "most_bytes": self.most_bytes, "largest": self.largest, "samples": self.samples}
+
     def sample(self) -> None:
         images = local_images(self._client, self._repository)
         sizes = [max(int(image.attrs.get("Size") or 0) - self._base, 0) for image in images]
@@ -119,7 +123,7 @@ def test_a_batch_pulls_pinned_images_and_keeps_its_own_under_the_budget(
         assert run["selected_image"] == f"{repository}:{tag}"
         assert run["image_digest"] == f"{repository}@{digests[tag]}", tag
     assert sampler.most <= FIT + 1, f"{sampler.most} of the suite's images at once; the budget fits {FIT}"
-    assert sampler.largest > 0 and sampler.most_bytes <= gigabytes(BUDGET_GB) + sampler.largest, vars(sampler)
+    assert sampler.largest > 0 and sampler.most_bytes <= gigabytes(BUDGET_GB) + sampler.largest, sampler.figures
     assert len(local_images(docker_client, repository)) <= FIT
     task_logs = "".join(path.read_text() for path in (jobs / ".batch-logs").iterdir())
     assert "image_pull_progress" in task_logs and "image_pinned" in done.stderr
@@ -211,9 +215,9 @@ def test_the_fleet_evaluates_the_digest_pinned_at_submit_and_survives_a_registry
     assert sorted(task for task, _ in finished) == sorted(rows), finished
     budget = gigabytes(BUDGET_GB)
     for name, sampler in samplers.items():  # each host's own engine: its budget plus the one it pulls
-        assert sampler.samples > 10 and sampler.largest > 0, (name, vars(sampler))
-        assert sampler.most <= FIT + 1, (name, vars(sampler))
-        assert sampler.most_bytes <= budget + sampler.largest, (name, vars(sampler))
+        assert sampler.samples > 10 and sampler.largest > 0, (name, sampler.figures)
+        assert sampler.most <= FIT + 1, (name, sampler.figures)
+        assert sampler.most_bytes <= budget + sampler.largest, (name, sampler.figures)
         kept = PulledImages(tmp_path / f"state-{name}").entries()
         assert len([e for e in kept if e.digest in set(digests.values())]) <= FIT, (name, kept)
         held = {image.id for image in local_images(engines[name], repository)}
