@@ -324,3 +324,22 @@ def test_a_pull_that_stalls_past_pull_timeout_fails_as_infrastructure(
     assert "no progress for 3 s (--pull-timeout)" in done.stderr, done.stderr[-2000:]
     assert took < 60, took
     assert json.loads(done.stdout)["failure_label"] == "failed_precheck_precheck_image_present"
+
+
+def test_a_prefetch_gets_room_only_by_evicting_what_no_task_here_needs(
+    tmp_path: Path, docker_client, stub_image: str, registry: Registry
+) -> None:
+    """``room_for_one`` (a prefetch's question): with one pulled image that a task here still needs and a
+    budget too small for it and one more, no room and nothing removed; once no task needs it, it goes."""
+    from runner.images import ensure_image
+
+    push_variant(docker_client, registry, stub_image, "t_room", 20)
+    name = f"{registry.repository()}:t_room"
+    pulled = ensure_image(docker_client, name, allow_pull=True, pull_timeout=120, state_dir=tmp_path)
+    record = PulledImages(tmp_path)
+    assert [e.image_id for e in record.entries()] == [pulled.id]
+    budget = 25 * 1024 * 1024  # room for one 20 MB image, never two
+    assert record.room_for_one(docker_client, budget, keep={name}) is False
+    assert docker_client.images.get(pulled.id).id == pulled.id and len(record.entries()) == 1
+    assert record.room_for_one(docker_client, budget) is True
+    assert local_images(docker_client, registry.repository()) == [] and record.entries() == []
