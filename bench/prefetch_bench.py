@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,16 +34,11 @@ import redis  # noqa: E402
 
 from runner.fleet.broker import Keys  # noqa: E402
 from runner.fleet.ledger import SuiteLedger  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from tests.registry_support import Registry, push_variant, remove_local  # noqa: E402
 
 FAKE_CODEX = REPO / "tests" / "fake_codex" / "codex"
 STUB_IMAGE = "agentissue-runner-stub:bench"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _runner(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -100,7 +94,7 @@ def main() -> int:
     client.images.build(path=str(REPO / "containers" / "stub"), tag=STUB_IMAGE, buildargs={"BASE_IMAGE": base},
                         rm=True, pull=False)
     scratch = Path(tempfile.mkdtemp(prefix="prefetch-bench-"))
-    port = _free_port()
+    port = free_port()
     redis_server = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                      "--appendonly", "no"], stdout=subprocess.DEVNULL)
     (scratch / "registry").mkdir()

@@ -280,9 +280,13 @@ def run_units(
         return _run_locked(template, host, units, ledger_dir, workers, progress, suite_budget_usd, disk)
 
 
-def _pins(template: TaskSpec, host: HostSettings, units: list[Unit]) -> dict[str, str]:
-    """Each tag's image pinned once, at the batch's start (nothing to run, or no daemon: none)."""
-    names = {tag: resolve(template.for_tag(tag), host).image_name for tag in sorted({unit.tag for unit in units})}
+def _image_names(template: TaskSpec, host: HostSettings, units: list[Unit]) -> dict[str, str]:
+    """Each tag's image name, as its task resolves it (the name a pin is taken of)."""
+    return {tag: resolve(template.for_tag(tag), host).image_name for tag in sorted({unit.tag for unit in units})}
+
+
+def _pins(names: dict[str, str], host: HostSettings) -> dict[str, str]:
+    """Each tag's image (``names``) pinned once, at the batch's start (nothing to run, or no daemon: none)."""
     if not names:
         return {}
     try:
@@ -325,7 +329,8 @@ def _run_locked(
         if unit not in todo:
             progress.skipped(unit.name)
     budget = _budget(ledger, todo, suite_budget_usd)
-    pins = _pins(template, host, todo)
+    names = _image_names(template, host, todo)
+    pins = _pins(names, host)
     unfinished = {unit.name: unit for unit in todo}  # what the images still needed are the images of
     warned_unpriced = threading.Event()
     ran: list[LedgerRow] = []
@@ -348,7 +353,8 @@ def _run_locked(
                 log.error("ledger_not_written", task=unit.name, error_type=type(e).__name__)
             ran.append(row)
             unfinished.pop(unit.name, None)
-            needed = {pins.get(u.tag) or resolve(template.for_tag(u.tag), host).image_name for u in unfinished.values()}
+            needed = ({pins.get(u.tag) or names[u.tag] for u in unfinished.values()}
+                      if disk.image_budget_gb is not None else set())  # without a budget nothing is evicted
         progress.finished(row)
         disk.after_task(JobRoot.at(unit.job_root, unit.tag), row)
         _evict(disk, state_dir, needed)

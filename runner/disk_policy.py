@@ -7,7 +7,8 @@ Invariants:
   runner's baseline git dir, never the patch, logs, markers or public files (``--reduce`` and the
   report need only those);
 - images go only through ``runner.images.PulledImages.evict``: the runner's own pulls, least
-  recently used first, never one a task here still needs.
+  recently used first, never one a task here still needs; a prefetch waits for room
+  (``room_to_prefetch``) rather than pull past the budget.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ class DiskPolicy:
             return False
         log.info("tree_removed", tag=job.tag, policy=self.keep_trees.value)
         return True
+
+    def room_to_prefetch(self, client, state_dir: Path, needed: Iterable[str]) -> bool:  # client: docker.DockerClient
+        """May a prefetch pull one more image? Always without a budget; with one, only when, after
+        evicting what ``needed`` does not hold, the pulled images and one more fit in it."""
+        if self.image_budget_gb is None:
+            return True
+        return PulledImages(state_dir).room_for_one(client, gigabytes(self.image_budget_gb), keep=needed)
 
     def evict(self, client, state_dir: Path, needed: Iterable[str]) -> int:  # client: docker.DockerClient
         """Evict pulled images over the budget, keeping ``needed`` (refs the host's tasks still need)."""

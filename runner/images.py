@@ -10,7 +10,9 @@ Invariants:
   words reach public output only through ``public_registry_message``;
 - credentials are Docker's own (``~/.docker/config.json``, read by the SDK): never a flag, never logged;
 - eviction removes only images this host's runner pulled (``PulledImages``, in the state dir), least
-  recently used first, never one a task here still needs, never one that was on the host before.
+  recently used first, never one a task here still needs, never one that was on the host before;
+- a prefetch pulls only when, after eviction, the runner's images and one more fit the budget
+  (``room_for_one``), so the host holds at most the budget plus the one image a task is pulling.
 """
 
 from __future__ import annotations
@@ -265,7 +267,7 @@ def ensure_image(client: docker.DockerClient, image: str, *, allow_pull: bool, p
     found = local_image(client, image)
     if found is not None:
         if state_dir is not None:
-            PulledImages(state_dir).used(found.id)
+            PulledImages(state_dir).used(found.id)  # only when the runner pulled it (else no lock, no write)
         return found
     if not allow_pull:
         raise ImageMissingError(image)
@@ -349,9 +351,24 @@ class PulledImages:
                                            size_bytes=int(image.attrs.get("Size") or 0), pulled_at=now, last_used=now)
 
     def used(self, image_id: str) -> None:
+        """Mark a pulled image used now; an image the runner did not pull is not its to track, so for one
+        the record does not hold, nothing is locked or written (a lockless look, then the locked update)."""
+        if image_id not in self._read():
+            return
         with self._locked() as images:
             if image_id in images:
                 images[image_id] = images[image_id].model_copy(update={"last_used": time.time()})
+
+    def room_for_one(self, client: docker.DockerClient, budget_bytes: int, *, keep: Iterable[str] = ()) -> bool:
+        """Make room for one more pull (a prefetch's) under ``budget_bytes``: evict (never ``keep``) until
+        the rest plus the largest image pulled here so far fit; True when they do. So a prefetch keeps
+        the budget itself, and a task's own pull beside it is the one image over it."""
+        keep = set(keep)
+        own = _own_bytes(client)
+        estimate = max((own.get(e.image_id, e.size_bytes) for e in self._read().values()), default=0)
+        self.evict(client, max(budget_bytes - estimate, 0), keep=keep)
+        own = _own_bytes(client)
+        return sum(own.get(e.image_id, e.size_bytes) for e in self._read().values()) + estimate <= budget_bytes
 
     def evict(self, client: docker.DockerClient, budget_bytes: int, *, keep: Iterable[str] = ()) -> list[PulledImage]:
         """Remove least recently used pulled images until the rest fit in ``budget_bytes``; never one in

@@ -153,7 +153,8 @@ def docker_client():
     client.close()
 
 
-def _base_image(client) -> str:
+def base_image(client) -> str:
+    """The image the stub is built on: $STUB_BASE_IMAGE, else runner-base:bookworm when here, else Debian's slim."""
     wanted = os.environ.get("STUB_BASE_IMAGE")
     if wanted:
         return wanted
@@ -172,7 +173,7 @@ def stub_image(docker_client) -> Iterator[str]:
     # clean_up=False: DockerImage removes by id, which would also drop other tags of the
     # same id (such as the :latest a developer built); the tag alone is removed below.
     image = DockerImage(
-        path=STUB_CONTEXT, tag=STUB_TAG, clean_up=False, buildargs={"BASE_IMAGE": _base_image(docker_client)}
+        path=STUB_CONTEXT, tag=STUB_TAG, clean_up=False, buildargs={"BASE_IMAGE": base_image(docker_client)}
     )
     image.build()
     yield STUB_TAG
@@ -494,7 +495,7 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
 def canary_base(docker_client) -> Iterator[str]:
     """The base the canary builds on; the canary's stub images made during the test are removed after."""
     before = {tag for image in docker_client.images.list("agentissue-runner-stub") for tag in image.tags}
-    yield _base_image(docker_client)
+    yield base_image(docker_client)
     for image in docker_client.images.list("agentissue-runner-stub"):
         for tag in set(image.tags) - before:
             if ":canary-" in tag:
@@ -514,3 +515,4 @@ def open_tmp() -> Iterator[Path]:
 # since tests.fleet_support takes its helpers from this module.
 from tests.fleet_support import fleet  # noqa: E402,F401
 from tests.registry_support import registry  # noqa: E402,F401
+from tests.engine_support import second_engine  # noqa: E402,F401

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -22,14 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 REGISTRY_BINARY = os.environ.get("RUNNER_TEST_REGISTRY_BIN", "docker-registry")
 LABEL_TEST_IMAGE = "io.agentissue-runner.test-image"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Registry:
@@ -37,7 +32,7 @@ class Registry:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.config = directory / "config.yml"
         self.config.write_text(
@@ -90,12 +85,15 @@ def start_registry(directory: Path) -> Registry:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[Registry]:
+def registry(tmp_path: Path, docker_client) -> Iterator[Registry]:
+    """A registry of the test's own; at teardown every image pulled from it or pushed to it goes from
+    the engine, and the test fails if one stays."""
     running = start_registry(tmp_path / "registry")
     try:
         yield running
     finally:
         running.stop()
+        assert_none_left(docker_client, running)
 
 
 def _context(base: str, megabytes: int, salt: str) -> io.BytesIO:
@@ -136,11 +134,32 @@ def local_images(docker_client, repository: str) -> list:
 
 
 def remove_local(docker_client, repository: str) -> None:
+    """Remove every local image named ``repository`` (by tag or by repo digest: one pulled by digest
+    has no tag)."""
     for image in local_images(docker_client, repository):
         try:
             docker_client.images.remove(image.id, force=True)
         except Exception:
             pass
+
+
+def images_from(docker_client, registry: Registry) -> list:
+    """Local images pulled from ``registry`` or built to be pushed to it (any repository of it)."""
+    prefix = registry.host + "/"
+    return [image for image in docker_client.images.list()
+            if any(name.startswith(prefix) for name in image.tags + (image.attrs.get("RepoDigests") or []))]
+
+
+def assert_none_left(docker_client, registry: Registry) -> None:
+    """Remove what ``registry``'s images left on the engine, then fail if any stayed: a test's pulls
+    and pushes (untagged, once the registry's port is gone) must not pile up on the engine."""
+    for image in images_from(docker_client, registry):
+        try:
+            docker_client.images.remove(image.id, force=True)
+        except Exception:
+            pass
+    left = [image.attrs.get("RepoDigests") or image.tags for image in images_from(docker_client, registry)]
+    assert not left, f"images of the test's registry {registry.host} are left on the engine: {left}"
 
 
 class StallingRegistry:

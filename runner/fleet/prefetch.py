@@ -7,14 +7,18 @@ Invariants:
   pulled for nothing but is still the runner's own, so the disk policy may evict it;
 - one pull at a time, and only with ``--allow-pull``; a pull that fails is left to the task that
   needs the image (its precheck pulls again and fails as infrastructure, named);
-- the images peeked are ``wanted()``: eviction keeps them as it keeps the running tasks' images.
+- the images peeked are ``wanted()``: eviction keeps them as it keeps the running tasks' images;
+- under an image budget a pull waits until, after eviction, the runner's images and one more fit
+  (``room``): prefetching never takes a host past its budget.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
+import docker
 import redis
 import structlog
 
@@ -44,8 +48,11 @@ class Prefetcher:
     """Pull the images of the next ``depth`` messages of ``queues`` (the worker runs it in a thread)."""
 
     def __init__(self, client: redis.Redis, keys: Keys, queues: list[str], host: HostSettings, depth: int,
-                 state_dir) -> None:
+                 state_dir, room: Callable[[docker.DockerClient, set[str]], bool] | None = None) -> None:
+        """``room(client, wanted)``: may one more image be pulled now, keeping ``wanted`` (the host's disk
+        policy, ``DiskPolicy.room_to_prefetch``)? None: always."""
         self._redis, self._keys, self._queues, self._host, self._depth = client, keys, queues, host, depth
+        self._room = room
         self._pulled = PulledImages(state_dir)
         self._wanted: set[str] = set()
         self._lock = threading.Lock()
@@ -87,6 +94,9 @@ class Prefetcher:
             for ref in refs:
                 if local_image(client, ref) is not None:
                     continue
+                if self._room is not None and not self._room(client, set(refs)):
+                    log.debug("image_prefetch_deferred", image=ref, reason="image budget")  # again next look
+                    break
                 try:
                     image = pull_image(client, ref, timeout=self._host.pull_timeout)
                 except RunnerError as e:

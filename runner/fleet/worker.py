@@ -95,7 +95,8 @@ class FleetWorker:
         self.disk = options.disk()
         self.agents = AgentChecks(options.host)
         state_dir = options.host.state_dir or default_state_dir()
-        self.prefetcher = (Prefetcher(self.redis, self.keys, options.queues, options.host, options.prefetch, state_dir)
+        self.prefetcher = (Prefetcher(self.redis, self.keys, options.queues, options.host, options.prefetch, state_dir,
+                                      room=self._room_to_prefetch if self.disk.image_budget_gb is not None else None)
                            if options.prefetch and options.host.allow_pull else None)
         self._budgeted: set[tuple[str, str]] = set()  # (suite, key) of the admitted tasks running here
         self._budget_lock = threading.Lock()
@@ -270,8 +271,7 @@ class FleetWorker:
             disk.after_task(JobRoot.at(job_root, task.tag), decision.facts)
         if disk.image_budget_gb is None:
             return
-        needed = {resolve(other.task.spec, self.options.host).resolved_image for other in self.state.running()
-                  if isinstance(other.task, TaskMessage) and other.task.key != task.key}
+        needed = self._running_images(but=task.key)
         if self.prefetcher is not None:
             needed |= self.prefetcher.wanted()  # pulled for the next messages: kept for them
         try:
@@ -282,6 +282,16 @@ class FleetWorker:
             disk.evict(client, self.options.host.state_dir or default_state_dir(), needed)
         finally:
             client.close()
+
+    def _running_images(self, *, but: str | None = None) -> set[str]:
+        """The images of the tasks running here (but the one named): never evicted."""
+        return {resolve(other.task.spec, self.options.host).resolved_image for other in self.state.running()
+                if isinstance(other.task, TaskMessage) and other.task.key != but}
+
+    def _room_to_prefetch(self, client: Any, wanted: set[str]) -> bool:
+        """The prefetcher's ``room``: evict under the budget keeping the running and the wanted images."""
+        state_dir = self.options.host.state_dir or default_state_dir()
+        return self.disk.room_to_prefetch(client, state_dir, self._running_images() | wanted)
 
     def _evaluate(self, task: EvalMessage, running: RunningTask, queue: str, retries: int) -> tuple[LedgerRow | None, Action]:
         """An evaluation unit: its patch written under its own job root, scored by a task process of the

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,16 +22,11 @@ from runner.fleet.ledger import SuiteLedger
 from tests.conftest import RunningCli, log_events, read_json, run_cli, runner_containers
 from tests.docker_proxy import CuttableDockerProxy
 from tests.fleet_support import Fleet
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.usefixtures("no_leaked_containers")]
 
 SECRET_PROMPT = "Fix calc.add. prompt-sentinel-7f3a9c\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class OwnRedis:
@@ -68,7 +62,7 @@ class OwnRedis:
 
 @pytest.fixture
 def own_redis(tmp_path: Path, stub_image: str) -> Iterator[Fleet]:
-    server = OwnRedis(_free_port())
+    server = OwnRedis(free_port())
     server.start()
     fleet = Fleet(server.url, "runner-test-restart", tmp_path, stub_image)
     fleet.server = server  # type: ignore[attr-defined]

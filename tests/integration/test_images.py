@@ -1,9 +1,11 @@
-"""Images at suite scale, against a real registry on loopback (Debian's docker-registry) and a real engine.
+"""Images at suite scale, against a real registry on loopback (Debian's docker-registry) and real engines.
 
 Six tags, each a synthetic variant of the stub image with its own bulk layer (about 300 MB,
 ``RUNNER_TEST_VARIANT_MB``), pushed to the registry and absent locally at the start: a batch
-and a fleet of two workers pull them (pinned by digest), evict what the runner pulled under
-``--image-budget-gb``, and score every task once.
+and a fleet of two workers, each worker on a Docker Engine of its own (two hosts), pull them
+(pinned by digest), evict what the runner pulled under ``--image-budget-gb``, and score every
+task once. Every image a test pulled or pushed is removed at its registry's teardown, which
+fails if one stays.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.images import PulledImages
+from runner.images import PulledImages, gigabytes
 from tests.conftest import FAKE_CODEX, log_events, read_json, run_cli
+from tests.engine_support import Engine
 from tests.fleet_support import Fleet
-from tests.registry_support import Registry, local_images, push_variant, remove_local, start_registry
+from tests.registry_support import (Registry, assert_none_left, local_images, push_variant, remove_local,
+                                    start_registry)
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leaked_containers")]
 
@@ -38,28 +42,43 @@ def suite_registry(docker_client, stub_image: str, tmp_path_factory) -> Iterator
         digests = {tag: push_variant(docker_client, registry, stub_image, tag, VARIANT_MB) for tag in TAGS}
         yield registry, digests
     finally:
-        remove_local(docker_client, registry.repository())
         registry.stop()
-
-
-def _held(docker_client, repository: str, digests: set[str]) -> int:
-    """How many of the images pushed with ``digests`` the engine holds now."""
-    return sum(1 for image in local_images(docker_client, repository)
-               if any(entry.rpartition("@")[2] in digests for entry in image.attrs.get("RepoDigests") or []))
+        assert_none_left(docker_client, registry)
 
 
 class ImageSampler:
-    """How many of the suite's (large) images the engine holds, sampled while the suite runs: the most seen."""
+    """What one engine holds of the suite's (large) images, sampled every 0.2 s while the suite runs
+    (the SDK's image list): the most images and the most bytes seen at once, and the largest image.
 
-    def __init__(self, docker_client, repository: str, digests: set[str]) -> None:
-        self._client, self._repository, self._digests = docker_client, repository, digests
-        self.most, self._stop = 0, threading.Event()
+    An image's bytes are its size less the stub's, which every variant is built on: the bulk the
+    budget is about (the stub's layers, shared by all, are never what eviction frees). ``digests``:
+    only the suite's large images are counted by ``most``; ``most_bytes`` counts every image of
+    ``repository`` (everything the runner pulled from the registry).
+    """
+
+    def __init__(self, docker_client, repository: str, digests: set[str], base_bytes: int = 0) -> None:
+        self._client, self._repository, self._digests, self._base = docker_client, repository, digests, base_bytes
+        self.most = self.most_bytes = self.largest = self.samples = 0
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def figures(self) -> dict[str, int]:
+        return {"most": self.most, "most_bytes": self.most_bytes, "largest": self.largest, "samples": self.samples}
+
+    def sample(self) -> None:
+        images = local_images(self._client, self._repository)
+        sizes = [max(int(image.attrs.get("Size") or 0) - self._base, 0) for image in images]
+        held = sum(1 for image in images
+                   if any(entry.rpartition("@")[2] in self._digests for entry in image.attrs.get("RepoDigests") or []))
+        self.most, self.most_bytes = max(self.most, held), max(self.most_bytes, sum(sizes))
+        self.largest = max([self.largest, *sizes])
+        self.samples += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.most = max(self.most, _held(self._client, self._repository, self._digests))
+                self.sample()
             except Exception:
                 pass  # an image removed while listed: the next sample sees the rest
             self._stop.wait(0.2)
@@ -79,15 +98,19 @@ def _prompts(jobs: Path, tags: list[str]) -> None:
         (jobs / tag / "context" / "prompt.md").write_text(FIX)
 
 
+def _stub_bytes(docker_client, stub_image: str) -> int:
+    return int(docker_client.images.get(stub_image).attrs["Size"])
+
+
 def test_a_batch_pulls_pinned_images_and_keeps_its_own_under_the_budget(
-    tmp_path: Path, docker_client, suite_registry: tuple[Registry, dict[str, str]]
+    tmp_path: Path, docker_client, stub_image: str, suite_registry: tuple[Registry, dict[str, str]]
 ) -> None:
     registry, digests = suite_registry
     repository = registry.repository()
     remove_local(docker_client, repository)
     jobs, state = tmp_path / "jobs", tmp_path / "state"
     _prompts(jobs, TAGS)
-    with ImageSampler(docker_client, repository, set(digests.values())) as sampler:
+    with ImageSampler(docker_client, repository, set(digests.values()), _stub_bytes(docker_client, stub_image)) as sampler:
         done = run_cli("--execute", "--jobs-dir", str(jobs), *[a for t in TAGS for a in ("--tag", t)],
                        "--image-repository", repository, "--allow-pull", f"--image-budget-gb={BUDGET_GB}",
                        "--codex-bin", str(FAKE_CODEX), "--state-dir", str(state), "--eval-network", "none",
@@ -100,6 +123,7 @@ def test_a_batch_pulls_pinned_images_and_keeps_its_own_under_the_budget(
         assert run["selected_image"] == f"{repository}:{tag}"
         assert run["image_digest"] == f"{repository}@{digests[tag]}", tag
     assert sampler.most <= FIT + 1, f"{sampler.most} of the suite's images at once; the budget fits {FIT}"
+    assert sampler.largest > 0 and sampler.most_bytes <= gigabytes(BUDGET_GB) + sampler.largest, sampler.figures
     assert len(local_images(docker_client, repository)) <= FIT
     task_logs = "".join(path.read_text() for path in (jobs / ".batch-logs").iterdir())
     assert "image_pull_progress" in task_logs and "image_pinned" in done.stderr
@@ -145,11 +169,17 @@ def test_an_image_that_was_here_before_is_never_evicted(
 
 
 def test_the_fleet_evaluates_the_digest_pinned_at_submit_and_survives_a_registry_outage(
-    fleet: Fleet, docker_client, stub_image: str, suite_registry: tuple[Registry, dict[str, str]], tmp_path: Path
+    fleet: Fleet, docker_client, stub_image: str, suite_registry: tuple[Registry, dict[str, str]],
+    second_engine: Engine, tmp_path: Path
 ) -> None:
+    """Two hosts: each worker on an engine of its own (host-a on the tests' engine, host-b on a second
+    dockerd), each under ``--image-budget-gb``, sampled apart: a host's budget is its own engine's."""
     registry, digests = suite_registry
     repository = registry.repository()
     remove_local(docker_client, repository)
+    engines = {"host-a": docker_client, "host-b": second_engine.client}
+    environments = {"host-a": {}, "host-b": {"DOCKER_HOST": second_engine.host}}
+    assert local_images(second_engine.client, repository) == []  # none present at the start, on either host
     for tag in TAGS:
         fleet.prompt(tag, FIX)
     # one tag is re-pushed between submit and evaluation: the pinned digest is what is scored
@@ -163,14 +193,16 @@ def test_the_fleet_evaluates_the_digest_pinned_at_submit_and_survives_a_registry
     second = push_variant(docker_client, registry, stub_image, moved, 5)
     assert second != first
     registry.stop()  # down at pull time: an infrastructure failure, retried until it is back
-    workers = [fleet.worker(name, fleet.jobs(name), "--allow-pull", f"--image-budget-gb={BUDGET_GB}",
-                            "--state-dir", str(tmp_path / f"state-{name}"), "--retry-backoff", "1",
-                            "--max-infra-retries", "8")
-               for name in ("host-a", "host-b")]
+    workers = {name: fleet.worker(name, fleet.jobs(name), "--allow-pull", f"--image-budget-gb={BUDGET_GB}",
+                                  "--state-dir", str(tmp_path / f"state-{name}"), "--retry-backoff", "1",
+                                  "--max-infra-retries", "8", env=environments[name])
+               for name in engines}
     fleet.wait("a pull failed and is retried",
                lambda: any(row["retries"] >= 1 for row in fleet.rows("imgs").values()), timeout=120)
+    base = _stub_bytes(docker_client, stub_image)
+    samplers = {name: ImageSampler(client, repository, set(digests.values()), base) for name, client in engines.items()}
     registry.start()
-    with ImageSampler(docker_client, repository, set(digests.values())) as sampler:
+    with samplers["host-a"], samplers["host-b"]:
         fleet.wait("every task done", lambda: len(fleet.rows("imgs")) == 7 and
                    all(row["state"] == "done" for row in fleet.rows("imgs").values()), timeout=600)
     rows = fleet.rows("imgs")
@@ -179,14 +211,24 @@ def test_the_fleet_evaluates_the_digest_pinned_at_submit_and_survives_a_registry
     assert scored[f"{moved}/1"] == first != second  # the submit's pin, not the later push
     assert all(scored[f"{tag}/1"] == digests[tag] for tag in TAGS)
     assert any(row["retries"] >= 1 for row in rows.values()), "the outage was retried, not scored"
-    # two hosts on one engine here: each keeps its own pulls under the budget (plus the one it pulls)
-    assert sampler.most <= 2 * (FIT + 1), sampler.most
-    for worker in workers:
-        code, _out, stderr = fleet.stop(worker)
-        assert code == 0, stderr[-2000:]
-    for name in ("host-a", "host-b"):
+    stderr = {}
+    for name, worker in workers.items():
+        code, _out, stderr[name] = fleet.stop(worker)
+        assert code == 0, stderr[name][-2000:]
+    # each task ended done exactly once, on one host or the other (the outage's failures were retries)
+    finished = [(event["task"], name) for name in workers for event in log_events(stderr[name], "task_finished")
+                if event.get("state") == "done" and event.get("suite") == "imgs"]
+    assert sorted(task for task, _ in finished) == sorted(rows), finished
+    budget = gigabytes(BUDGET_GB)
+    for name, sampler in samplers.items():  # each host's own engine: its budget plus the one it pulls
+        assert sampler.samples > 10 and sampler.largest > 0, (name, sampler.figures)
+        assert sampler.most <= FIT + 1, (name, sampler.figures)
+        assert sampler.most_bytes <= budget + sampler.largest, (name, sampler.figures)
         kept = PulledImages(tmp_path / f"state-{name}").entries()
-        assert len([e for e in kept if e.digest in set(digests.values())]) <= FIT, kept
+        assert len([e for e in kept if e.digest in set(digests.values())]) <= FIT, (name, kept)
+        held = {image.id for image in local_images(engines[name], repository)}
+        assert held <= {e.image_id for e in kept}, f"{name} holds a suite image its runner does not track"
+    assert {host for _, host in finished} == set(workers), f"one host did every task: {finished}"
 
 
 def test_a_wrong_image_name_fails_at_once_and_is_not_retried(
@@ -288,3 +330,22 @@ def test_a_pull_that_stalls_past_pull_timeout_fails_as_infrastructure(
     assert "no progress for 3 s (--pull-timeout)" in done.stderr, done.stderr[-2000:]
     assert took < 60, took
     assert json.loads(done.stdout)["failure_label"] == "failed_precheck_precheck_image_present"
+
+
+def test_a_prefetch_gets_room_only_by_evicting_what_no_task_here_needs(
+    tmp_path: Path, docker_client, stub_image: str, registry: Registry
+) -> None:
+    """``room_for_one`` (a prefetch's question): with one pulled image that a task here still needs and a
+    budget too small for it and one more, no room and nothing removed; once no task needs it, it goes."""
+    from runner.images import ensure_image
+
+    push_variant(docker_client, registry, stub_image, "t_room", 20)
+    name = f"{registry.repository()}:t_room"
+    pulled = ensure_image(docker_client, name, allow_pull=True, pull_timeout=120, state_dir=tmp_path)
+    record = PulledImages(tmp_path)
+    assert [e.image_id for e in record.entries()] == [pulled.id]
+    budget = 25 * 1024 * 1024  # room for one 20 MB image, never two
+    assert record.room_for_one(docker_client, budget, keep={name}) is False
+    assert docker_client.images.get(pulled.id).id == pulled.id and len(record.entries()) == 1
+    assert record.room_for_one(docker_client, budget) is True
+    assert local_images(docker_client, registry.repository()) == [] and record.entries() == []
