@@ -211,6 +211,13 @@ def test_the_fleet_evaluates_the_digest_pinned_at_submit_and_survives_a_registry
     assert scored[f"{moved}/1"] == first != second  # the submit's pin, not the later push
     assert all(scored[f"{tag}/1"] == digests[tag] for tag in TAGS)
     assert any(row["retries"] >= 1 for row in rows.values()), "the outage was retried, not scored"
+    # the suite report names each task's image by the digest pinned for it (the moved tag's: the first push)
+    shown = run_cli("report", "--suite", "imgs", "--broker", fleet.url, "--namespace", fleet.namespace,
+                    "--out", str(tmp_path / "imgs.md"), "--format", "markdown")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    report = (tmp_path / "imgs.md").read_text()
+    assert all(f"| {tag} #1 | codex | {digests[tag]} |" in report for tag in TAGS), report
+    assert f"| {moved} #1 | codex | {first} |" in report and second not in report
     stderr = {}
     for name, worker in workers.items():
         code, _out, stderr[name] = fleet.stop(worker)
