@@ -486,7 +486,7 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
     yield build
     for tag in built.values():
         try:
-            docker_client.images.remove(tag, noprune=True)
+            docker_client.images.remove(tag)  # with the build's own untagged layers
         except Exception:
             pass
 

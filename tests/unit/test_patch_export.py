@@ -168,6 +168,16 @@ def test_patches_to_tests_and_startup_hooks_are_counted(ctx: JobContext) -> None
     assert (result.changed_file_count, result.sensitive_file_count) == (3, 2)
 
 
+def _embedded_repository(path: Path) -> None:
+    """A repository of its own inside the tree, with one commit."""
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "f").write_text("f\n")
+    subprocess.run(["git", "-C", str(path), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "m"],
+                   check=True)
+
+
 def _stage_the_plain_way(ctx: JobContext, commit: str, extra: tuple[str, ...]) -> tuple[bytes, int]:
     """What ``git add --all`` with the hygiene pathspecs stages, and the artefacts it leaves out: the
     export as it was before it staged only the changed paths (the reference the fast one must equal)."""
@@ -228,13 +238,7 @@ def test_the_patch_is_what_git_add_all_with_the_hygiene_pathspecs_would_stage(tm
 
     shutil.rmtree(source / "symdir")
     (source / "symdir").symlink_to("pkg")  # a tracked directory become a symlink to one
-    embedded = source / "vendored"  # an embedded repository: a gitlink, as git add --all makes it
-    embedded.mkdir()
-    subprocess.run(["git", "init", "-q", str(embedded)], check=True)
-    (embedded / "f").write_text("f\n")
-    subprocess.run(["git", "-C", str(embedded), "add", "f"], check=True)
-    subprocess.run(["git", "-C", str(embedded), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "m"],
-                   check=True)
+    _embedded_repository(source / "vendored")  # a gitlink, as git add --all makes it
     expected_patch, expected_left_out = _stage_the_plain_way(ctx, commit, extra)
     result = export_patch(ctx, commit)
     got = ctx.job.patch.read_bytes()
@@ -259,13 +263,7 @@ def test_an_embedded_repository_in_a_tree_without_artefacts_is_staged_as_git_add
     commit = baseline(ctx).baseline_commit
     source = ctx.job.buggy_source
     (source / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
-    embedded = source / "vendored"
-    embedded.mkdir()
-    subprocess.run(["git", "init", "-q", str(embedded)], check=True)
-    (embedded / "f").write_text("f\n")
-    subprocess.run(["git", "-C", str(embedded), "add", "f"], check=True)
-    subprocess.run(["git", "-C", str(embedded), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "m"],
-                   check=True)
+    _embedded_repository(source / "vendored")
     expected, left_out = _stage_the_plain_way(ctx, commit, ())
     result = export_patch(ctx, commit)
     assert ctx.job.patch.read_bytes() == expected and b"Subproject commit" in expected
