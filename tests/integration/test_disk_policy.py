@@ -67,8 +67,9 @@ def test_a_worker_applies_its_tree_policy(fleet: Fleet) -> None:
     row = fleet.wait_state("trees", "t_tree/1", "done")
     assert row["resolved"] is True
     job = jobs / "trees" / "t_tree" / "attempt-1"
+    # the row is recorded first (the verdict lands), the tree removed just after it
+    fleet.wait("the scored tree removed", lambda: not (job / "buggy-source").exists(), timeout=30)
     assert (job / "benchmark_run.compact.json").exists() and (job / "result-markers").is_dir()
-    assert not (job / "buggy-source").exists()
     code, _out, stderr = fleet.stop(worker)
     assert code == 0, stderr[-2000:]
     assert "tree_removed" in stderr
