@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-
 # Documented in the README ("Patch hygiene"); a name at any depth.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     "__pycache__/", "*.pyc", "*.pyo", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/", ".pytype/",

@@ -220,14 +220,19 @@ def _nul_separated(repo: Repo, *args: str, istream: BinaryIO | None = None) -> I
     return _names_of(repo.git.execute(["git", *args], as_process=True, istream=istream))
 
 
-def _names_of(process) -> Iterator[bytes]:  # a GitPython AutoInterrupt
+def _split_nul(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The NUL-separated names in a stream of chunks, one chunk held at a time."""
     pending = b""
+    for chunk in chunks:
+        *names, pending = (pending + chunk).split(b"\0")
+        yield from (name for name in names if name)
+    if pending:
+        yield pending
+
+
+def _names_of(process) -> Iterator[bytes]:  # a GitPython AutoInterrupt
     try:
-        for chunk in iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""):
-            *names, pending = (pending + chunk).split(b"\0")
-            yield from (name for name in names if name)
-        if pending:
-            yield pending
+        yield from _split_nul(iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""))
         process.wait()
     finally:
         if process.proc is not None and process.proc.poll() is None:
@@ -317,26 +322,26 @@ class _Slice:
         self.stream, self.start, self.end = stream, start, stream.tell()
 
     def names(self) -> Iterator[bytes]:
+        return _split_nul(self._chunks())
+
+    def _chunks(self) -> Iterator[bytes]:
         self.stream.seek(self.start)
         left = self.end - self.start
-        pending = b""
         while left > 0:
             chunk = self.stream.read(min(STREAM_CHUNK, left))
             if not chunk:
-                break
+                return
             left -= len(chunk)
-            *names, pending = (pending + chunk).split(b"\0")
-            yield from (name for name in names if name)
-        if pending:
-            yield pending
+            yield chunk
 
 
 def _check_and_split(work_tree: Path, kept: list[_Slice], to_stage: BinaryIO, to_remove: BinaryIO) -> bool:
     """Every kept path by ``lstat`` alone (no content is read): a file past FILE_MAX_BYTES is refused
     before git reads it; a tracked file that became a plain directory, or one under a directory that
-    is a file or a symlink now, goes to ``to_remove``, every other path to ``to_stage``. Returns whether a path changed its type under a tracked one (a file
-    became a directory, a directory a file or a symlink): what now stands there is only listed once
-    the old entries are gone, so the caller lists again.
+    is a file or a symlink now, goes to ``to_remove``, every other path to ``to_stage``. Returns
+    whether a path changed its type under a tracked one (a file became a directory, a directory a
+    file or a symlink): what now stands there is only listed once the old entries are gone, so the
+    caller lists again.
 
     Raises: PhaseError ``patch_too_large`` when a file is past FILE_MAX_BYTES.
     """

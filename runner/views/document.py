@@ -12,7 +12,7 @@ from typing import Any
 from reducers.costs import BudgetFigures
 from runner.views.model import HealthReport, TaskRow, TaskState
 from runner.views.public import public_document
-from runner.views.stats import agents_side_by_side, compared_agents, summarize, tag_summaries
+from runner.views.stats import agents_side_by_side, summarize, tag_summaries
 
 
 def outcome(row: TaskRow) -> str:
@@ -82,7 +82,7 @@ def suite_document(
     """The public document of a suite (or a batch): totals, per-tag pass@k, one entry per task."""
     rows = sorted(rows, key=lambda row: row.key)
     summary = summarize(rows, budget=budget)
-    with_agent = bool(compared_agents(rows))
+    agents = agents_side_by_side(rows)
     document = {
         "title": title,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -96,7 +96,7 @@ def suite_document(
             {**tag.model_dump(exclude={"pass_at"}), "pass_at": _str_keys(tag.pass_at)}
             for tag in tag_summaries(rows)
         ],
-        "agents": agents_side_by_side(rows),
-        "rows": [_row_view(row, with_agent=with_agent) for row in rows],
+        "agents": agents,
+        "rows": [_row_view(row, with_agent=agents is not None) for row in rows],
     }
     return public_document(title, document, private_texts)

@@ -15,9 +15,7 @@ import structlog
 from reducers.costs import BudgetFigures
 from runner.views.document import suite_document
 from runner.views.model import TIMED_PHASES, TaskRow
-from runner.views.pages import (
-    summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section,
-)
+from runner.views.pages import summary_cards, task_label, tasks_table, unreadable_rows, unreadable_section
 from runner.views.render import bar_chart, esc, fmt_dollars, fmt_rate, fmt_seconds, grid_chart, page, stacked_bars, table
 
 log = structlog.get_logger(__name__)
