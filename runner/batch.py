@@ -44,7 +44,7 @@ from runner.lock import job_root_lock
 from runner.tags import check_attempts
 from runner.tasks.protocol import TaskRequest
 from runner.tasks.spec import HostSettings, TaskSpec, ensure_dir, resolve
-from runner.tasks.supervisor import TaskEnd, TaskProcesses, run_task
+from runner.tasks.supervisor import TaskEnd, TaskProcesses, TaskStarter, run_task
 
 log = structlog.get_logger(__name__)
 
@@ -201,6 +201,7 @@ def _run_one(
     children: TaskProcesses,
     on_phase: Callable[[str], None],
     pin: str | None,
+    starter: TaskStarter,
 ) -> tuple[TaskEnd, float]:
     started = time.monotonic()
     seed_prompt(unit)
@@ -208,7 +209,7 @@ def _run_one(
     if unit.arm is not None:
         spec = spec.model_copy(update={"agent": AgentName(unit.arm)})
     request = TaskRequest(spec=spec, job_root=unit.job_root, attempt=unit.attempt, host=host)
-    end = run_task(request, logs_dir / unit.log_name, children, on_phase)
+    end = run_task(request, logs_dir / unit.log_name, children, on_phase, starter)
     return end, time.monotonic() - started
 
 
@@ -364,7 +365,7 @@ def _run_locked(
         try:
             end, wall = _run_one(
                 template, host, unit, jobs_dir / BATCH_LOGS, children, lambda phase: progress.phase(unit.name, phase),
-                pins.get(unit.tag),
+                pins.get(unit.tag), starter,
             )
         except OSError as e:  # the task could not even start (no space for its log, say)
             log.error("task_not_started", task=unit.name, error_type=type(e).__name__)
@@ -379,6 +380,7 @@ def _run_locked(
         record(unit, row)
 
     interrupted = False
+    starter = TaskStarter().__enter__()  # one fork server for every slot; closed once they are all done
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="task")
     try:
         futures = [pool.submit(task, unit) for unit in todo]
@@ -391,6 +393,7 @@ def _run_locked(
         children.stop_until_idle()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        starter.close()
         if ledger.journal_entries:
             try:
                 ledger.compact()  # the snapshot holds every row when the batch ends

@@ -50,6 +50,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("audit", "runner.audit", "main", "the gold-patch audit: which tags a run can trust"),
     Command("evaluate", "runner.score_patches", "main", "score patches made anywhere (DIR/<tag>/*.patch) by the official rule"),
     Command("task", "runner.tasks.process", "main", "a supervisor's child (not for operators)", hidden=True),
+    Command("fork-server", "runner.tasks.fork_server", "main", "a supervisor's preloaded task starter (not for operators)",
+            hidden=True),
 )}
 
 

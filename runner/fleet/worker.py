@@ -68,7 +68,7 @@ from runner.ledger import row_key
 from runner.logs import configure_logging
 from runner.tasks.protocol import EvalMessage, MessageError, TaskMessage, parse_any_message
 from runner.tasks.spec import resolve
-from runner.tasks.supervisor import run_task
+from runner.tasks.supervisor import TaskStarter, run_task
 from runner.views.server import BackgroundServer, http_address
 
 log = structlog.get_logger(__name__)
@@ -98,6 +98,7 @@ class FleetWorker:
         self.prefetcher = (Prefetcher(self.redis, self.keys, options.queues, options.host, options.prefetch, state_dir,
                                       room=self._room_to_prefetch if self.disk.image_budget_gb is not None else None)
                            if options.prefetch and options.host.allow_pull else None)
+        self.starter = TaskStarter()  # every slot's tasks forked by one preloaded server, started in serve()
         self._budgeted: set[tuple[str, str]] = set()  # (suite, key) of the admitted tasks running here
         self._budget_lock = threading.Lock()
         self._stop = threading.Event()
@@ -250,7 +251,7 @@ class FleetWorker:
         arm = f".{task.arm}" if task.arm is not None else ""
         log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}{arm}.attempt-{task.attempt}.log"
         try:
-            end = run_task(task.request(job_root, self.options.host), log_path, running, on_phase)
+            end = run_task(task.request(job_root, self.options.host), log_path, running, on_phase, self.starter)
         except OSError:  # the task could not even start (no space for its log, say)
             return self._record(task, queue, not_started("task_not_started", retries, self.options.max_infra_retries))
         wall = round(time.monotonic() - started, 3)
@@ -309,7 +310,7 @@ class FleetWorker:
         log.info("task_started", host=self.options.name, retries=retries, kind="eval")
         log_path = self.options.jobs_dir / task.suite / WORKER_LOGS / f"{task.tag}.eval-{task.unit.name}.log"
         try:
-            end = run_task(task.request(job_root, self.options.host), log_path, running)
+            end = run_task(task.request(job_root, self.options.host), log_path, running, starter=self.starter)
         except OSError:
             return self._record(task, queue, not_started("task_not_started", retries, self.options.max_infra_retries))
         wall = round(time.monotonic() - started, 3)
@@ -438,6 +439,7 @@ class FleetWorker:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        self.starter.__enter__()  # its imports run beside the sweep and the host checks
         self._sweep()
         self._check_host()
         views = self._start_views()
@@ -486,6 +488,7 @@ class FleetWorker:
             except redis.RedisError:
                 pass
             self.broker.close()
+            self.starter.close()  # after worker.stop: no task of this worker runs any more
             if views is not None:
                 views.__exit__(None, None, None)
         log.info("worker_stopped", finished=self.state.finished)

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from runner.containment.parent_death import BATCH_PARENT_ENV
 from runner.lock import LOCK_NAME
 from runner.settings import TASK_ENV
+from runner.tasks import fork_server
 from runner.tasks.protocol import PhaseStarted, TaskEvent, TaskOutcome, TaskRequest
 
 log = structlog.get_logger(__name__)
@@ -141,7 +142,67 @@ def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> No
         os.close(fd)
 
 
-def _start(log_path: Path, message_fd: int) -> subprocess.Popen:
+class TaskStarter:
+    """How a supervisor starts its task processes: forked by its fork server (warm), or cold.
+
+    One per supervisor (a batch, a worker), shared by its slots, closed when its last task has
+    ended. A server that dies is replaced for the next task; the task that found it gone starts
+    cold (``runner.tasks.fork_server``).
+    """
+
+    def __init__(self, warm: bool | None = None) -> None:
+        self.warm = fork_server.wanted() if warm is None else warm
+        self._lock = threading.Lock()
+        self._server: fork_server.ForkServer | None = None
+        self._closed = False
+
+    def __enter__(self) -> TaskStarter:
+        if self.warm:
+            self._server_now()  # its imports run while the supervisor does its own first steps
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _server_now(self) -> fork_server.ForkServer | None:
+        with self._lock:
+            if self._server is None and self.warm and not self._closed:
+                try:
+                    self._server = fork_server.ForkServer()
+                except OSError as e:
+                    log.warning("fork_server_not_started", error_type=type(e).__name__)
+            return self._server
+
+    def start(self, sink: int, message_fd: int, environment: dict[str, str]) -> subprocess.Popen | fork_server.ForkedTask:
+        server = self._server_now()
+        if server is not None:
+            try:
+                return server.start(sink, message_fd, environment)
+            except fork_server.ForkServerGone as e:
+                log.warning("fork_server_gone", reason=str(e))
+                with self._lock:
+                    if self._server is server:
+                        self._server = None
+                server.close()
+        return cold_start(sink, message_fd, environment)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            server, self._server = self._server, None
+        if server is not None:
+            server.close()
+
+
+def cold_start(sink: int, message_fd: int, environment: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", "task", f"--message-fd={message_fd}"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sink, pass_fds=(message_fd,),
+        env=environment, start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only; it passes one SIGTERM on
+    )
+
+
+def _start(log_path: Path, message_fd: int, starter: TaskStarter | None) -> subprocess.Popen | fork_server.ForkedTask:
     # Appended, never truncated: a task run again (a resume, a resubmission, a retry) keeps the
     # earlier runs' lines, each run after a separator line of its own.
     with log_path.open("ab") as sink:
@@ -149,13 +210,12 @@ def _start(log_path: Path, message_fd: int) -> subprocess.Popen:
                      "timestamp": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
         sink.write(json.dumps(separator).encode() + b"\n")
         sink.flush()
-        return subprocess.Popen(
-            [sys.executable, "-m", "runner", "task", f"--message-fd={message_fd}"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sink, pass_fds=(message_fd,),
-            # Named, the supervisor's pid lets the task end with it (runner/containment/parent_death.py).
-            env={**task_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
-            start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only; it passes one SIGTERM on
-        )
+        # Named, the supervisor's pid lets the task end with it (runner/containment/parent_death.py);
+        # a forked task names its server instead, which ends with the supervisor.
+        environment = {**task_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())}
+        if starter is None:
+            return cold_start(sink.fileno(), message_fd, environment)
+        return starter.start(sink.fileno(), message_fd, environment)
 
 
 def _hand_over(child: subprocess.Popen, request: TaskRequest) -> None:
@@ -171,13 +231,17 @@ def run_task(
     log_path: Path,
     children: ChildRegistry,
     on_phase: Callable[[str], None] = lambda _phase: None,
+    starter: TaskStarter | None = None,
 ) -> TaskEnd:
-    """Run one task in a process of its own until it ends; ``on_phase`` hears each phase it starts."""
+    """Run one task in a process of its own until it ends; ``on_phase`` hears each phase it starts.
+
+    ``starter``: the supervisor's (warm, forked); without one the task starts cold.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     _wait_for_stale_lock(request.job_root)
     read_fd, write_fd = os.pipe()
     try:
-        child = _start(log_path, write_fd)
+        child = _start(log_path, write_fd, starter)
     except BaseException:
         os.close(read_fd)
         raise
