@@ -184,6 +184,7 @@ class TaskStarter:
                     if self._server is server:
                         self._server = None
                 server.close()
+                self._server_now()  # the next one's imports run beside this task
         return cold_start(sink, message_fd, environment)
 
     def close(self) -> None:
