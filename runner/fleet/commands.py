@@ -23,7 +23,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
@@ -54,8 +54,6 @@ from runner.ledger import cost_markdown
 from runner.logs import configure_logging
 from runner.public import private_texts_for
 from runner.tags import check_attempts, check_tag, read_tags_file, unique_tags
-from runner.patch_sets import PatchUnit, discover
-from runner.score_patches import EvalRow, evaluation_document
 from runner.tasks.protocol import (
     MAX_PROMPT_BYTES,
     MAX_QUEUED_PATCH_BYTES,
@@ -70,6 +68,9 @@ from runner.tasks.protocol import (
 from runner.images import pin_names
 from runner.tasks.spec import HostSettings, TaskSpec, resolve
 from runner.tasks.spec import read_operator
+
+if TYPE_CHECKING:  # the patch scoring's modules (docker, git) load only for an evaluation's submit or status
+    from runner.patch_sets import PatchUnit
 
 log = structlog.get_logger(__name__)
 
@@ -147,6 +148,8 @@ def submit_patches(args: argparse.Namespace, suite: str, queue: str, tags: list[
                             "(--attempts-as-patches: a tag's patches are attempts)")
     if args.suite_budget_usd is not None:
         raise BadInputError("--suite-budget-usd goes with --prompts-dir: scoring a patch runs no agent and costs nothing")
+    from runner.patch_sets import discover
+
     units = discover(args.patches_dir, tags=tags or None, attempts_as_patches=args.attempts_as_patches)
     large = [unit.key for unit in units if unit.rejection is None and unit.size > MAX_QUEUED_PATCH_BYTES]
     if large:
@@ -335,6 +338,8 @@ def suite_status(client: redis.Redis, keys: Keys, suite: str) -> dict[str, Any]:
     }
     if any(row.arm is not None for row in tasks):  # two agents' attempts: side by side, as a batch's --agents
         document["comparison"] = agent_comparison((row.tag, row.arm or row.agent or "codex", row) for row in tasks)
+    from runner.score_patches import EvalRow, evaluation_document
+
     scored = [EvalRow.model_validate(row.evaluation) for row in rows if row.kind == "eval" and row.evaluation]
     if scored:  # evaluate's own summary (per tag successes / patches, pass@k) of the units scored so far
         evaluation = evaluation_document(scored)

@@ -444,7 +444,7 @@ class FleetWorker:
         self._check_host()
         views = self._start_views()
         worker = dramatiq.Worker(self.broker, queues=set(self.options.queues), worker_threads=self.options.slots,
-                                 worker_timeout=500)
+                                 worker_timeout=100)
         # Prefetch counts running messages: with one per slot, a busy host holds no message
         # another host could run now.
         worker.queue_prefetch = self.options.slots
