@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -27,6 +28,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.images import Image
 from docker.types import LogConfig
+from docker.utils.socket import demux_adaptor, frames_iter
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
 from urllib3.exceptions import ProtocolError
@@ -379,8 +381,38 @@ def wait_main_process(container: Container, *, deadline: float) -> ProcessOutcom
     return ProcessOutcome(exit_code=int(status.get("StatusCode", -1)), timed_out=False)
 
 
+def stdin_attach_supported(client: docker.DockerClient) -> bool:
+    """Can this client half-close a container's standard input (``docker run -i``'s way)?
+
+    Over a unix socket or plain TCP, yes. Over TLS, ssh or a named pipe docker-py's attach socket
+    cannot be half-closed reliably, so callers put files in with ``copy_in`` there instead.
+    """
+    base = str(getattr(client.api, "base_url", ""))
+    return base.startswith("http+docker://localhost") or base.startswith("http://")
+
+
+def _feed_stdin(raw: socket.socket, data: bytes | Path) -> None:
+    """Write ``data`` to the container's stdin, then half-close it (the container reads EOF).
+
+    An error means the container ended or was killed first: its own check of what it received
+    (or the deadline) decides what that means, so nothing is raised here.
+    """
+    try:
+        if isinstance(data, bytes):
+            raw.sendall(data)
+        else:
+            with data.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(ARCHIVE_CHUNK), b""):
+                    raw.sendall(chunk)
+        raw.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
 @contextmanager
-def pumping_output(container: Container, sink: Callable[[Any], None], *, demux: bool = False) -> Iterator[None]:
+def pumping_output(
+    container: Container, sink: Callable[[Any], None], *, demux: bool = False, stdin: bytes | Path | None = None
+) -> Iterator[None]:
     """Attach to a container before it starts and hand all its output to ``sink``, from a thread.
 
     Read while the container runs, the output never depends on a log driver that could
@@ -389,8 +421,38 @@ def pumping_output(container: Container, sink: Callable[[Any], None], *, demux: 
     in the block the stream is closed first. With ``demux`` (a container without a TTY)
     ``sink`` gets ``(stdout bytes or None, stderr bytes or None)`` pairs: the two streams
     stay apart, as the official verdict reads stdout alone.
+
+    ``stdin`` (bytes or a file; the container made with ``stdin_open``): sent on the same
+    attach from another thread, then half-closed, as ``docker run -i`` does: a file reaches
+    the container with no ``put_archive`` (which Engine 20.10 serves by starting a process of
+    its own). Only where ``stdin_attach_supported``.
     """
-    stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=demux)
+    if stdin is None:
+        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=demux)
+        close: Callable[[], None] = stream.close
+        abort = close
+        writer = None
+    else:
+        attached = container.client.api.attach_socket(
+            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        raw: socket.socket = getattr(attached, "_sock", attached)
+        raw.settimeout(None)  # a test may be silent for longer than the client's timeout
+        frames = frames_iter(attached, False)
+        stream = (demux_adaptor(*frame) for frame in frames) if demux else (data for _kind, data in frames)
+
+        def close() -> None:
+            attached.close()
+            raw.close()
+
+        def abort() -> None:
+            try:
+                raw.shutdown(socket.SHUT_RDWR)  # wakes the reader, ends the writer
+            except OSError:
+                pass
+            close()
+
+        writer = threading.Thread(target=_feed_stdin, args=(raw, stdin), name="container-stdin", daemon=True)
+        writer.start()
     sink_failures: list[Exception] = []
 
     def pump() -> None:
@@ -410,11 +472,13 @@ def pumping_output(container: Container, sink: Callable[[Any], None], *, demux: 
     try:
         yield
     except BaseException:
-        stream.close()
+        abort()
         thread.join(timeout=10)
         raise
     thread.join(timeout=60)
-    stream.close()
+    if writer is not None:
+        writer.join(timeout=10)
+    close()
     if sink_failures:
         raise sink_failures[0]
 

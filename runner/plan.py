@@ -25,8 +25,8 @@ _WHAT = {
     Phase.CODEX: "codex exec with the prompt on stdin, in buggy-source only, allowlisted environment, "
     "process-group deadline",
     Phase.PATCH: "diff of the work tree (new files included) against the baseline, for patch -p1",
-    Phase.EVALUATE: "fresh container of the extracted image id; put_archive the patch; its own process runs "
-    "apply, then (only if apply exits 0) the test; resolved by the official rule (exit code 0 from the daemon, "
+    Phase.EVALUATE: "fresh container of the extracted image id; the patch on its stdin (put_archive where that "
+    "cannot work); its own process runs apply, then (only if apply exits 0) the test; resolved by the official rule (exit code 0 from the daemon, "
     "no FAILED and a success string in stdout); a network probe beside it; remove",
     Phase.REDUCE: "markers to the compact public JSON, each through the public guard",
 }
@@ -44,8 +44,8 @@ def build_plan(settings: RunnerSettings) -> dict[str, Any]:
         Phase.EXTRACT: ["containers.create", settings.resolved_image, "get_archive", settings.source_dir],
         Phase.EVALUATE: [
             ["containers.create", settings.resolved_image, "entrypoint", "/bin/sh", "-c", "<gate>",
-             settings.apply_cmd, settings.test_cmd, "<nonce>"],
-            ["put_archive", "/", PATCH_IN_CONTAINER],
+             settings.apply_cmd, settings.test_cmd, "<nonce>", PATCH_IN_CONTAINER, "<patch bytes>"],
+            ["attach", "stdin: the patch, then closed", "stdout", "stderr"],
             ["start", "then wait: the gate runs", "bash", "-c", settings.apply_cmd,
              "then, only if it exits 0,", "bash", "-c", settings.test_cmd],
             ["logs", "split at the gate's status line", "logs/eval-apply.log", "logs/eval-test.log"],

@@ -466,6 +466,8 @@ def wait_dead(pid: int, seconds: float = 10) -> bool:
 
 
 VARIANTS_CONTEXT = REPO / "containers" / "variants"
+# Build arguments a variant needs beside VARIANT (containers/variants/Dockerfile).
+VARIANT_BUILD_ARGS = {"non_root": {"VARIANT_USER": "nobody"}}
 
 
 @pytest.fixture(scope="session")
@@ -479,7 +481,8 @@ def variant_image(docker_client, stub_image: str) -> Iterator:
         if variant not in built:
             tag = f"agentissue-runner-variant:{variant}-pytest-{SESSION}"
             DockerImage(path=VARIANTS_CONTEXT, tag=tag, clean_up=False,
-                        buildargs={"BASE_IMAGE": stub_image, "VARIANT": variant}).build()
+                        buildargs={"BASE_IMAGE": stub_image, "VARIANT": variant,
+                                   **VARIANT_BUILD_ARGS.get(variant, {})}).build()
             built[variant] = tag
         return built[variant]
 

@@ -102,9 +102,16 @@ class CuttableDockerProxy:
         return True
 
     def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool, answer: _Answer) -> None:
+        half_closed = False
         try:
             while True:
                 data = source.recv(65536)
+                if not data and from_client and not self.cut.is_set():
+                    # The client half-closed (an attach's stdin ended, as `docker run -i` does): the
+                    # engine hears the same, and its answer still comes back (the other pump ends it).
+                    half_closed = True
+                    sink.shutdown(socket.SHUT_WR)
+                    return
                 if not data or self.cut.is_set():
                     break
                 if not from_client and answer.mode is not None:
@@ -129,7 +136,7 @@ class CuttableDockerProxy:
         finally:
             if from_client:
                 answer.closed.set()
-            for sock in (source, sink):
+            for sock in () if half_closed else (source, sink):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:

@@ -67,5 +67,8 @@ case "$variant" in
         mv "$ep" /opt/run_test_entrypoint.sh ;;
     every_entrypoint) # the entrypoint where each profile looks for it: /usr/local/bin, /app (agixt_1369), /opt (superagent_953)
         cp "$ep" /app/run_test_entrypoint.sh && cp "$ep" /opt/run_test_entrypoint.sh ;;
+    non_root)         # runs as nobody (the Dockerfile's VARIANT_USER), who owns the buggy tree but cannot
+                      # write /: the evaluation's gate cannot make /patches, so the patch goes in by put_archive
+        chown -R nobody /app/source_code_buggy ;;
     *) echo "unknown variant: $variant" >&2; exit 2 ;;
 esac

@@ -5,7 +5,11 @@ Invariants:
   and WorkingDir; only its entrypoint is replaced, by a gate that runs the apply
   command and, only when it succeeds, the test command in its place, as the
   official evaluation's ``apply && test`` does;
-- the patch goes in with ``put_archive``; no host directory is mounted;
+- the patch goes in on the container's stdin (the attach that reads its output, as
+  ``docker run -i`` does): the gate writes it to its path and checks its size before
+  apply runs; where that cannot work (a transport that cannot half-close, an image whose
+  user cannot create the path), by ``put_archive`` in a fresh container instead. No host
+  directory is mounted;
 - only the official evaluation's placeholder credentials are set, never the host's;
 - stdout and stderr stay apart all the way (the container has no TTY, so the
   attach demultiplexes them), because the official verdict reads stdout alone;
@@ -34,6 +38,7 @@ import io
 import secrets
 import tarfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -47,7 +52,16 @@ from requests.exceptions import RequestException
 from reducers.models import EvaluateResult, Phase
 from runner.atomic import open_private
 from runner.context import JobContext, sha256_file
-from runner.docker_utils import LABEL_PHASE, NO_LOG_DRIVER, copy_in, managed_container, pumping_output, run_main_process
+from runner.docker_utils import (
+    LABEL_PHASE,
+    NO_LOG_DRIVER,
+    ProcessOutcome,
+    copy_in,
+    managed_container,
+    pumping_output,
+    run_main_process,
+    stdin_attach_supported,
+)
 from runner.errors import PhaseError
 from runner.journal import default_state_dir
 from runner.network_probe import NETWORK_PROBE_PHASE, probe_memory, probe_once
@@ -63,9 +77,14 @@ PLACEHOLDER_ENV = {"OPENAI_API_KEY": "api-key", "OPENAI_API_BASE": "api-base-url
 # to the other. One process and no exec, signal or poll, which keeps the overhead near
 # `docker run --rm`'s. The nonce ($3) is made after codex has ended and is gone from the
 # process table once the test replaces the gate, so neither the patch nor the code under test
-# can write a status line the runner takes.
+# can write a status line the runner takes. First, when the patch comes on stdin ($5 its size,
+# else "-"), it is written to its path ($4) and its size checked, silently: a patch that did not
+# arrive whole ends the gate with NOT_DELIVERED_EXIT before apply runs, and no status line.
 APPLY_STATUS = "runner-apply-exit"
+NOT_DELIVERED_EXIT = 197
 GATE_SCRIPT = (
+    'if [ "$5" != - ]; then { mkdir -p "${4%/*}" && cat > "$4" && [ "$(wc -c < "$4")" -eq "$5" ]; } '
+    '>/dev/null 2>&1 || exit ' + str(NOT_DELIVERED_EXIT) + '; fi; exec </dev/null; '
     'bash -c "$1"; status=$?; echo "' + APPLY_STATUS + ':$3:$status"; '
     'echo "' + APPLY_STATUS + ':$3:$status" >&2; '
     '[ "$status" -eq 0 ] || exit "$status"; exec bash -c "$2"'
@@ -170,6 +189,32 @@ class EvalRun:
         return self.container_exit_code == 0 and not self.timed_out
 
 
+def _run_gate(
+    client: docker.DockerClient, *, image_id: str, labels: dict[str, str], patch: Path | bytes, by_stdin: bool,
+    nonce: str, apply_cmd: str, test_cmd: str, network: str, timeout: float,
+    feed: Callable[[tuple[bytes | None, bytes | None]], None],
+) -> ProcessOutcome:
+    """One container of the gate, the patch in by stdin or by ``put_archive``, its output to ``feed``."""
+    size = str(len(patch) if isinstance(patch, bytes) else patch.stat().st_size) if by_stdin else "-"
+    with managed_container(
+        client,
+        image=image_id,
+        labels=labels,
+        entrypoint=["/bin/sh", "-c", GATE_SCRIPT, "runner-gate", apply_cmd, test_cmd, nonce, PATCH_IN_CONTAINER, size],
+        command=[],
+        environment=PLACEHOLDER_ENV,
+        network_mode=network,
+        log_config=NO_LOG_DRIVER,
+        stdin_open=by_stdin,
+    ) as container:
+        if not by_stdin:
+            copy_in(container, "/", _patch_archive(patch))
+        with pumping_output(container, feed, demux=True, stdin=patch if by_stdin else None):
+            return run_main_process(
+                container, timeout=timeout, on_start=lambda: log.info("evaluate_container_started", timeout_seconds=timeout)
+            )
+
+
 def run_apply_and_test(
     client: docker.DockerClient,
     *,
@@ -200,24 +245,22 @@ def run_apply_and_test(
         if stderr:
             err.feed(stderr)
 
-    with managed_container(
-        client,
-        image=image_id,
-        labels=labels,
-        entrypoint=["/bin/sh", "-c", GATE_SCRIPT, "runner-gate", apply_cmd, test_cmd, nonce],
-        command=[],
-        environment=PLACEHOLDER_ENV,
-        network_mode=network,
-        log_config=NO_LOG_DRIVER,
-    ) as container:
-        copy_in(container, "/", _patch_archive(patch))
-        with pumping_output(container, feed, demux=True):
-            ended = run_main_process(
-                container, timeout=timeout, on_start=lambda: log.info("evaluate_container_started", timeout_seconds=timeout)
-            )
-        started, finished = ended.started, ended.finished
-        out.close()
-        err.close()
+    deadline = time.monotonic() + timeout
+    by_stdin = stdin_attach_supported(client)
+    while True:
+        ended = _run_gate(client, image_id=image_id, labels=labels, patch=patch, by_stdin=by_stdin, nonce=nonce,
+                          apply_cmd=apply_cmd, test_cmd=test_cmd, network=network,
+                          timeout=max(1.0, deadline - time.monotonic()), feed=feed)
+        not_delivered = (by_stdin and not ended.timed_out and ended.exit_code == NOT_DELIVERED_EXIT
+                         and not out.found)
+        if not not_delivered:
+            break
+        # The gate wrote nothing to either stream before it gave up: the sinks are still empty.
+        log.warning("patch_not_taken_on_stdin", action="evaluated again with the patch put in by put_archive")
+        by_stdin = False
+    started, finished = ended.started, ended.finished
+    out.close()
+    err.close()
     container_exit, timed_out = ended.exit_code, ended.timed_out
     # Exit 0 is only reachable through a successful apply; otherwise the gate's line says which failed.
     apply_exit = 0 if container_exit == 0 and not timed_out else out.apply_status
