@@ -311,6 +311,14 @@ class Marker(BaseModel, Generic[R]):
         return self.status is MarkerStatus.OK
 
 
+# Each phase's marker model, made once and held: pydantic keeps a parametrized generic only
+# weakly, so ``Marker[...]`` asked for afresh rebuilt the whole model class, again and again
+# (about 10 ms of every task's CPU, in a process forked before any was made).
+_MARKER_TYPES: dict[Phase, type[Marker[Any]]] = {
+    phase: Marker[result] for phase, result in RESULTS.items()  # type: ignore[valid-type]
+}
+
+
 def marker_type(phase: Phase) -> type[Marker[Any]]:
     """The marker model whose ``details`` is ``phase``'s result."""
-    return Marker[RESULTS[phase]]  # type: ignore[valid-type]
+    return _MARKER_TYPES[phase]
