@@ -31,6 +31,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 STUB_IMAGE = "agentissue-runner-stub:bench"
 FAKE_CODEX = REPO / "tests" / "fake_codex" / "codex"
+# What the batches run as codex: the fake, started by this interpreter itself. Its shebang
+# (``/usr/bin/env python3``) would go through whatever python3 is first on PATH: on a host with
+# pyenv's shims that alone is a dozen bash processes and about 0.1 s a start, which is neither
+# the runner's cost nor an agent's. Set in ``main`` (a wrapper in the scratch directory).
+CODEX_BIN = FAKE_CODEX
+
+
+def direct_fake_codex(scratch: Path) -> Path:
+    wrapper = scratch / "fake-codex"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE_CODEX} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 # files -> MB of binary blobs; text files average 4 KiB, so the largest tree is about 1 GB.
 TREES = {1000: 4, 20000: 50, 100000: 600}
 GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
@@ -350,7 +362,7 @@ def measure_batches(scratch: Path, tasks: int, worker_counts: list[int]) -> dict
             (jobs / f"bench_{index}" / "context").mkdir(parents=True)
             (jobs / f"bench_{index}" / "context" / "prompt.md").write_text("fake-codex-mode: fix\n")
         argv = [sys.executable, "-m", "runner", "--execute", "--jobs-dir", str(jobs), "--workers", str(workers),
-                "--image", STUB_IMAGE, "--codex-bin", str(FAKE_CODEX),
+                "--image", STUB_IMAGE, "--codex-bin", str(CODEX_BIN),
                 *[arg for index in range(tasks) for arg in ("--tag", f"bench_{index}")]]
         started = time.perf_counter()
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
@@ -426,7 +438,7 @@ def _docker_runs(count: int, at_once: int) -> float:
 def _runner_batch(jobs: Path, tags: list[str], workers: int, *extra: str,
                   env: dict[str, str] | None = None) -> tuple[float, dict]:
     argv = [sys.executable, "-m", "runner", "--execute", "--jobs-dir", str(jobs), "--workers", str(workers),
-            "--codex-bin", str(FAKE_CODEX), *[arg for tag in tags for arg in ("--tag", tag)], *extra]
+            "--codex-bin", str(CODEX_BIN), *[arg for tag in tags for arg in ("--tag", tag)], *extra]
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
@@ -526,7 +538,7 @@ def measure_suite(scratch: Path, tags_count: int, attempts: int, workers: int) -
             tag, i = unit
             return subprocess.run(
                 [sys.executable, "-m", "runner", "--execute", "--job-root", str(singles / f"{tag}-{i}"), "--tag", tag,
-                 "--codex-bin", str(FAKE_CODEX), "--cache-max-gb", "0"],
+                 "--codex-bin", str(CODEX_BIN), "--cache-max-gb", "0"],
                 cwd=REPO, capture_output=True,
             ).returncode
 
@@ -770,6 +782,8 @@ def main() -> None:
     print(f"Docker Engine {report['machine']['docker_engine']}", flush=True)
     remove_tree(args.scratch)
     args.scratch.mkdir(parents=True)
+    global CODEX_BIN
+    CODEX_BIN = direct_fake_codex(args.scratch)
     try:
         images = build_images(sizes if "extract" in parts else ([20000] if "cache" in parts else []))
         if "extract" in parts:
