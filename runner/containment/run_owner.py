@@ -78,3 +78,7 @@ def current_owner() -> Owner:
         pid_namespace = "unknown"
     pid = os.getpid()
     return Owner(boot_id=boot_id, pid_namespace=pid_namespace, pid=pid, start_ticks=_start_ticks(pid) or "unknown")
+
+
+# A forked process (a task of a fork server, a server forked from its supervisor) is another owner.
+os.register_at_fork(after_in_child=current_owner.cache_clear)

@@ -4,19 +4,27 @@ A task process started cold pays the interpreter's start and the runner's import
 git, pydantic, the pipeline: about half a second of CPU) before its first phase. The batch
 and the fleet worker start one fork server instead (``python -m runner fork-server``, its
 own child), which imports all that once and then forks a task per request. A fork takes
-a few milliseconds, so the slots share one server rather than keeping one each.
+a few milliseconds, so the slots share one server rather than keeping one each. A
+supervisor that has no other thread yet (a batch, before its slots start) forks the
+server from itself instead of starting an interpreter: the server then has the
+supervisor's imports already, and the first task starts at once rather than after them.
 
 The forked task is the same task process as a cold one, run by the same ``main``:
 - its own process and session (``setsid``), its stdin the request pipe, stdout
   /dev/null and stderr the task's log file, its environment the supervisor's, sent with
   the request (never the server's own);
-- it ends with its server (``PR_SET_PDEATHSIG``), and the server ends with its
-  supervisor, so a supervisor killed with -9 still stops its tasks by SIGTERM;
+- it ends with its server (``PR_SET_PDEATHSIG``, set by the server's one thread), and the
+  server ends with its supervisor: it reads the end of its control socket when the
+  supervisor's process is gone (not a death signal, which follows the thread that started it:
+  a replacement server started by a slot's thread would end with that thread). So a
+  supervisor killed with -9 still stops its tasks by SIGTERM;
 - the server reaps it and reports its exit status, which the supervisor's handle
   (``ForkedTask``) gives as ``subprocess.Popen`` would (negative: the signal that killed it).
 
 Invariants: the server is single-threaded and starts nothing before it forks (no thread,
-no Docker client, no logging set up), so a child inherits nothing it would share; SIGTERM and
+no Docker client; a server forked from its supervisor closes every descriptor it inherited
+but its control socket and standard streams, and freezes the objects it inherited so that
+no collection finalizes one), so a child inherits nothing it would share; SIGTERM and
 SIGINT are blocked across the fork and until the child's own handlers are in, so a signal
 sent to a task at once is kept, never lost or fatal. Without Linux's fork and prctl, or when
 the server cannot start, tasks start cold as before.
@@ -116,15 +124,13 @@ def _send(control: socket.socket, message: dict[str, Any]) -> None:
 
 def serve(argv: list[str]) -> int:
     """The server's loop: fork a task per request, report each pid and, once reaped, its status."""
-    from runner.containment.parent_death import follow_batch_parent
-
     from runner.containment import signals
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # its supervisor's death ends it (then its tasks)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)  # blocked across a fork from the supervisor
     if signals.pending() is not None:  # a SIGTERM before the line above: nothing to keep, end now
         return 128 + signal.SIGTERM
-    follow_batch_parent()
     flag = next((arg for arg in argv if arg.startswith("--control-fd=")), "")
     fd = int(flag.removeprefix("--control-fd=") or "-1")
     if fd < 3:
@@ -176,7 +182,10 @@ def _reap(control: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return serve(argv)
+    code = serve(argv)
+    # Nothing is left to flush or finalize (stdout is /dev/null, it logs nothing): skip the
+    # interpreter's teardown, which took longer than the whole last step of a batch.
+    os._exit(code)
 
 
 # -- the supervisor's side ---------------------------------------------------------------------------
@@ -227,7 +236,9 @@ class ForkServer:
     path); the tasks after that start cold.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, fork_here: bool = True) -> None:
+        """``fork_here``: fork the server from this process when it has no other thread (else, or
+        when False, start a fresh interpreter)."""
         self._lock = threading.Lock()
         self._starting = threading.Lock()
         self._replies: list[ForkedTask] = []
@@ -237,14 +248,17 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control = ours
         try:
-            from runner.tasks.supervisor import task_environment
+            if fork_here and threading.active_count() == 1:
+                self._process: subprocess.Popen | _ServerProcess = _fork_server_here(ours, theirs)
+            else:  # a fork now could copy another thread's lock held: a fresh interpreter instead
+                from runner.tasks.supervisor import task_environment
 
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "runner", "fork-server", f"--control-fd={theirs.fileno()}"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
-                env={**task_environment(os.environ), BATCH_PARENT_ENV: str(os.getpid())},
-                start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to pass on, not the server's
-            )
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "runner", "fork-server", f"--control-fd={theirs.fileno()}"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                    env=task_environment(os.environ),
+                    start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to pass on, not the server's
+                )
         except BaseException:
             ours.close()
             raise
@@ -323,13 +337,95 @@ class ForkServer:
             self._control.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+        self._reader.join(10)  # it reads the end of the socket when the server exits
         try:
             self._process.wait(10)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-        self._reader.join(10)
         self._control.close()
+
+
+class _ServerProcess:
+    """A server forked from the supervisor itself: the part of ``subprocess.Popen`` ``close`` uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.0005
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG if deadline is not None else 0)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"fork server {self.pid}", timeout or 0.0)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _fork_server_here(ours: socket.socket, theirs: socket.socket) -> _ServerProcess:
+    """The server as a fork of this (single-threaded) supervisor, with its imports already made.
+
+    The child becomes what ``python -m runner fork-server`` would be: its own session, stdin and
+    stdout /dev/null, no descriptor of the supervisor's but stderr and its control socket (not the
+    batch's lock, not a Docker connection).
+    """
+    import gc
+
+    gc.collect()  # what is garbage now is not copied into the server to be finalized there
+    signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                gc.freeze()  # the supervisor's objects are never collected here: none closes a descriptor
+                control = theirs.fileno()
+                devnull = os.open(os.devnull, os.O_RDWR)
+                os.dup2(devnull, 0)
+                os.dup2(devnull, 1)
+                os.closerange(3, control)
+                os.closerange(control + 1, _max_fd())
+                _fresh_standard_streams()
+                os.setsid()
+                code = serve([f"--control-fd={control}"])  # its own signal dispositions come first
+            except BaseException:  # noqa: BLE001 - never return into the supervisor's code
+                pass
+            os._exit(code)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+    return _ServerProcess(pid)
+
+
+def _fresh_standard_streams() -> None:
+    """sys.stdin, stdout and stderr on descriptors 0, 1 and 2 again: the supervisor's may wrap a
+    descriptor just closed (a test runner's capture file), whose number a task's channel gets next."""
+    import faulthandler
+
+    if faulthandler.is_enabled():
+        faulthandler.disable()  # it, too, may hold a closed descriptor's number
+    sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
+    sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = sys.__stderr__ = open(2, "w", closefd=False)  # noqa: SIM115
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (OSError, ValueError):
+        return 65536
 
 
 def _wait_gone(task: ForkedTask) -> None:

@@ -150,8 +150,9 @@ class TaskStarter:
     cold (``runner.tasks.fork_server``).
     """
 
-    def __init__(self, warm: bool | None = None) -> None:
+    def __init__(self, warm: bool | None = None, *, fork_here: bool = True) -> None:
         self.warm = fork_server.wanted() if warm is None else warm
+        self._fork_here = fork_here  # how its server starts (runner.tasks.fork_server.ForkServer)
         self._lock = threading.Lock()
         self._server: fork_server.ForkServer | None = None
         self._closed = False
@@ -168,7 +169,7 @@ class TaskStarter:
         with self._lock:
             if self._server is None and self.warm and not self._closed:
                 try:
-                    self._server = fork_server.ForkServer()
+                    self._server = fork_server.ForkServer(fork_here=self._fork_here)
                 except OSError as e:
                     log.warning("fork_server_not_started", error_type=type(e).__name__)
             return self._server

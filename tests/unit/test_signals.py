@@ -58,3 +58,24 @@ def test_a_task_started_during_a_stop_is_stopped_and_ends_with_its_own_cleanup()
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == ["cleaned up 130 True", "idle True"], done.stdout
+
+
+def test_a_forked_process_is_its_own_owner() -> None:
+    """The owner (pid, start time) labels every container; a process forked after it was asked
+    (a task of a fork server forked from its batch) must not label its containers as the batch's."""
+    import os
+
+    from runner.containment.run_owner import current_owner
+
+    here = current_owner()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, str(current_owner().pid).encode())
+        os._exit(0)
+    os.close(write)
+    child_says = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert here.pid == os.getpid() and child_says == pid
