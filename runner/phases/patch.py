@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -122,19 +123,27 @@ class PatchCounter:
                     self.counts["sensitive_file_count"] += _sensitive(_diff_path(line))
                 return
 
+    # Where a header line may start, inside a chunk's whole lines (the regex engine skips the
+    # content lines in C; a Python loop over every line took a third of the diff's own time).
+    _HEADER_STARTS = re.compile(rb"^(?:diff --git |new file mode |deleted file mode |@@ |GIT binary patch)", re.M)
+
     def feed(self, chunk: bytes) -> None:
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            piece = chunk[start:] if end < 0 else chunk[start:end]
-            room = _HEADER_PREFIX_BYTES - len(self._line)
+        first = chunk.find(b"\n")
+        room = _HEADER_PREFIX_BYTES - len(self._line)
+        if first < 0:  # the current line goes on
             if room > 0:
-                self._line += piece[:room]
-            if end < 0:
-                return
-            self._end_line(bytes(self._line))
-            self._line.clear()
-            start = end + 1
+                self._line += chunk[:room]
+            return
+        if room > 0:
+            self._line += chunk[:min(first, room)]
+        self._end_line(bytes(self._line))
+        self._line.clear()
+        last = chunk.rfind(b"\n")
+        for match in self._HEADER_STARTS.finditer(chunk, first + 1, last + 1):
+            start = match.start()
+            end = chunk.find(b"\n", start, last + 1)
+            self._end_line(chunk[start:min(end, start + _HEADER_PREFIX_BYTES)])
+        self._line += chunk[last + 1:last + 1 + _HEADER_PREFIX_BYTES]
 
     def close(self) -> dict[str, int]:
         if self._line:

@@ -268,3 +268,46 @@ def test_an_embedded_repository_in_a_tree_without_artefacts_is_staged_as_git_add
     result = export_patch(ctx, commit)
     assert ctx.job.patch.read_bytes() == expected and b"Subproject commit" in expected
     assert (result.changed_file_count, result.artifact_files_left_out) == (2, left_out) == (2, 0)
+
+
+def _count_line_by_line(text: bytes) -> dict[str, int]:
+    """The counts as the patch format defines them: each line's first 8 KiB against the headers."""
+    from runner.phases.patch import _diff_path, _sensitive
+
+    headers = ((b"diff --git ", "changed_file_count"), (b"new file mode ", "added_file_count"),
+               (b"deleted file mode ", "deleted_file_count"), (b"@@ ", "hunk_count"),
+               (b"GIT binary patch", "binary_change_count"))
+    counts = dict.fromkeys([key for _, key in headers] + ["sensitive_file_count"], 0)
+    for line in text.split(b"\n"):
+        line = line[:8192]
+        key = next((key for prefix, key in headers if line.startswith(prefix)), None)
+        if key is not None:
+            counts[key] += 1
+            counts["sensitive_file_count"] += key == "changed_file_count" and _sensitive(_diff_path(line))
+    return counts
+
+
+def test_the_patch_counter_counts_the_same_however_the_stream_is_cut() -> None:
+    """The counter reads git's output in chunks of any size: header lines cut between chunks,
+    content lines that look like headers (`+@@`, ` diff --git`), lines longer than what it keeps,
+    binary patches, and a last line without its newline all count as the whole patch read line by line."""
+    import random
+
+    from runner.phases.patch import PatchCounter
+
+    pieces = [b"diff --git a/x.py b/x.py\n", b"diff --git a/tests/test_a.py b/tests/test_a.py\n",
+              b'diff --git "a/t\\303\\274/conftest.py" "b/t\\303\\274/conftest.py"\n', b"new file mode 100644\n",
+              b"deleted file mode 100644\n", b"@@ -1 +1 @@\n", b"+@@ not a hunk\n", b" diff --git no\n",
+              b"GIT binary patch\n", b"literal 12\n", b"-x" * 5000 + b"\n", b"+" + b"y" * 20000 + b"\n",
+              b"diff --git a/" + b"z" * 9000 + b" b/z\n"]
+    rng = random.Random(7)
+    for _ in range(300):
+        text = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 60)))
+        if rng.random() < 0.5:
+            text = text.rstrip(b"\n")
+        counter, at = PatchCounter(), 0
+        while at < len(text):
+            size = rng.randint(1, 5000)
+            counter.feed(text[at:at + size])
+            at += size
+        assert counter.close() == _count_line_by_line(text)
