@@ -125,7 +125,9 @@ def test_a_bad_endpoint_is_refused_before_any_work(tmp_path: Path, stub_image: s
 
 # --- the probe once, not per task (issue 25) -----------------------------------------------
 
-PROBE_TAGS = ["autogen_1174", "autogen_1844", "autogen_4197", "camel_1145", "chatdev_318", "crewai_1532"]
+# Nine tags whose profiles need the network and keep the default commands (so the stub runs them).
+PROBE_TAGS = ["autogen_1174", "autogen_1844", "autogen_4197", "autogen_4733", "camel_1145", "camel_1614",
+              "chatdev_318", "crewai_1532", "haystack_9313"]
 
 
 def _containers_created(docker_client, phase: str, since: float, until: float) -> int:
@@ -137,7 +139,7 @@ def _containers_created(docker_client, phase: str, since: float, until: float) -
 def test_a_batch_on_one_image_probes_the_network_the_layout_and_codex_once(
     tmp_path: Path, stub_image: str, docker_client, no_leaked_containers: None
 ) -> None:
-    """Six tasks that need the network, two at a time, and one that needs none, on one image: one
+    """A batch of ten tasks on one image, two at a time: nine need the network, one needs none. One
     network probe container in all (the first answer is the host's for the others: remembered; the
     tag that needs none is not probed), one layout probe container, and codex asked its version and
     login once. The endpoint is the container's own port 9, refused at once: a definite answer."""
