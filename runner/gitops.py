@@ -145,6 +145,14 @@ def _configure(repo: Repo) -> None:
             config.set_value(section, option, value)
 
 
+def baseline_git(git_dir: Path, work_tree: Path) -> Git:
+    """The baseline's git commands alone (no ``Repo``, which reads the repository in Python first):
+    what a phase that only runs git needs."""
+    git = _DyingGit(work_tree)
+    git.update_environment(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(work_tree), **_ISOLATION)
+    return git
+
+
 def open_baseline(git_dir: Path, work_tree: Path) -> Repo:
     repo = _Repo(git_dir)
     repo.git.update_environment(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(work_tree), **_ISOLATION)

@@ -19,12 +19,12 @@ from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 from pathlib import Path
 
-from git import Repo
+from git import Git
 
 from reducers.models import PatchResult
 from runner.context import JobContext
 from runner.errors import PhaseError
-from runner.gitops import open_baseline
+from runner.gitops import baseline_git
 from runner import hygiene
 
 DIFF_OPTIONS = (
@@ -180,7 +180,7 @@ def count_patch(text: bytes) -> dict[str, int]:
 
 
 def _stream_diff(
-    repo: Repo, baseline_commit: str, dest: Path, pathspecs: list[str] | tuple[str, ...] = ()
+    git: Git, baseline_commit: str, dest: Path, pathspecs: list[str] | tuple[str, ...] = ()
 ) -> tuple[str, int, dict[str, int]]:
     """``git diff`` streamed into ``dest`` (atomically), hashed and counted as it goes.
 
@@ -189,7 +189,7 @@ def _stream_diff(
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     digest, counter, size = hashlib.sha256(), PatchCounter(), 0
-    process = repo.git.diff("--cached", *DIFF_OPTIONS, baseline_commit, "--", *pathspecs, as_process=True)
+    process = git.diff("--cached", *DIFF_OPTIONS, baseline_commit, "--", *pathspecs, as_process=True)
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as sink:
@@ -223,10 +223,10 @@ def _stream_diff(
     return digest.hexdigest(), size, counter.close()
 
 
-def _nul_separated(repo: Repo, *args: str, istream: BinaryIO | None = None) -> Iterator[bytes]:
+def _nul_separated(git: Git, *args: str, istream: BinaryIO | None = None) -> Iterator[bytes]:
     """The paths a git listing prints with ``-z``, read as they come: an agent's million new files
     are never one string in memory."""
-    return _names_of(repo.git.execute(["git", *args], as_process=True, istream=istream))
+    return _names_of(git.execute(["git", *args], as_process=True, istream=istream))
 
 
 def _split_nul(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -261,14 +261,32 @@ _SORTING_INDEX = "runner-sorting-index"
 _EMPTY_BLOB = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 
 
-def _changed_paths(repo: Repo, tracked: BinaryIO, new: BinaryIO, needles: list[bytes] | None) -> list[tuple[int, bool]]:
+def _list_file(git_dir: Path) -> BinaryIO:
+    """A list of paths: in memory while small (an unchanged tree makes no file at all), in a file of
+    the baseline's git directory past a megabyte, or once git is to read it."""
+    return tempfile.SpooledTemporaryFile(max_size=STREAM_CHUNK, dir=git_dir)  # type: ignore[return-value]
+
+
+def _index_copy(source: Path, copy: Path) -> None:
+    """The baseline's index as the patch's, to stage into: a second name for the same file (git never
+    writes an index in place; it writes a new file and renames it over the name it staged into, so
+    the baseline's stays as it is), or a copy where the file system has no links. Its mtime is the
+    baseline's either way, so git's racy-entry rule holds as it would on the original."""
+    copy.unlink(missing_ok=True)
+    try:
+        os.link(source, copy)
+    except OSError:
+        shutil.copy2(source, copy)
+
+
+def _changed_paths(git: Git, tracked: BinaryIO, new: BinaryIO, needles: list[bytes] | None) -> list[tuple[int, bool]]:
     """Every path ``git add --all`` would look at, NUL-separated: into ``tracked`` the tracked ones
     whose stat data differ from the index (changed, deleted, a file become a directory:
     ``diff-files``, which stats in parallel), into ``new`` the new ones ``.gitignore`` does not
     ignore (``ls-files --others``, the walk; an embedded repository as ``dir/``), the two gits
     running at once. Returns, for each, how many and whether any may be an artefact (holds one
     of ``runner.hygiene.needles``). Neither list holds a path and one under it; the two together may."""
-    started = [repo.git.execute(["git", *argv], as_process=True)
+    started = [git.execute(["git", *argv], as_process=True)
                for argv in (("diff-files", "--name-only", "-z"), ("ls-files", "-z", "--others", "--exclude-standard"))]
     found = []
     try:
@@ -288,21 +306,21 @@ def _changed_paths(repo: Repo, tracked: BinaryIO, new: BinaryIO, needles: list[b
     return found
 
 
-def _sort_out_artefacts(repo: Repo, git_dir: Path, listing: BinaryIO, kept: BinaryIO, extra: Sequence[str]) -> int:
+def _sort_out_artefacts(git: Git, git_dir: Path, listing: BinaryIO, kept: BinaryIO, extra: Sequence[str]) -> int:
     """The changed paths the patch may carry (``runner.hygiene``'s patterns left out), NUL-separated
     into ``kept``; returns how many. Git's own pathspec matching decides, on a throw-away index that
     holds only the changed paths (as empty blobs: no content is read), never the whole tree's."""
     index = git_dir / _SORTING_INDEX
     index.unlink(missing_ok=True)
-    entries = tempfile.TemporaryFile(dir=git_dir)
+    entries = _list_file(git_dir)
     try:
         for name in _Slice(listing, 0).names():
             entries.write(b"100644 " + _EMPTY_BLOB + b"\t" + name.rstrip(b"/") + b"\0")
         entries.seek(0)
-        with repo.git.custom_environment(GIT_INDEX_FILE=str(index)):
-            repo.git.execute(["git", "update-index", "-z", "--index-info"], istream=entries)
+        with git.custom_environment(GIT_INDEX_FILE=str(index)):
+            git.execute(["git", "update-index", "-z", "--index-info"], istream=entries)
             count = 0
-            for name in _nul_separated(repo, "ls-files", "-z", "--", *hygiene.excluding(extra)):
+            for name in _nul_separated(git, "ls-files", "-z", "--", *hygiene.excluding(extra)):
                 kept.write(name + b"\0")
                 count += 1
         kept.flush()
@@ -380,14 +398,14 @@ def _check_and_split(work_tree: Path, kept: list[_Slice], to_stage: BinaryIO, to
     return type_changed
 
 
-def _stage(repo: Repo, to_stage: BinaryIO, to_remove: BinaryIO) -> None:
+def _stage(git: Git, to_stage: BinaryIO, to_remove: BinaryIO) -> None:
     """The kept paths into the index, as ``git add --all`` would stage them (new, changed, deleted;
     symlinks as symlinks, an embedded repository as a gitlink), touching no other entry."""
     for argv, paths in ((("--force-remove",), to_remove), (("--add", "--remove", "--replace"), to_stage)):
         if paths.tell():
             paths.flush()
             paths.seek(0)
-            repo.git.execute(["git", "update-index", "-z", *argv, "--stdin"], istream=paths)
+            git.execute(["git", "update-index", "-z", *argv, "--stdin"], istream=paths)
 
 
 # A path that changed its type under a tracked one is seen whole on the second listing; a third is
@@ -395,22 +413,21 @@ def _stage(repo: Repo, to_stage: BinaryIO, to_remove: BinaryIO) -> None:
 _MOST_PASSES = 3
 
 
-def _stage_changes(repo: Repo, git_dir: Path, work_tree: Path, extra: Sequence[str]) -> tuple[int, int, bool]:
+def _stage_changes(git: Git, git_dir: Path, work_tree: Path, extra: Sequence[str]) -> tuple[int, int, bool]:
     """One pass: the changed paths listed, sorted, checked and the patch's staged. Returns the
     artefacts left out (every pass lists them all: they are never staged), how many paths were
     staged, and whether a type changed (``_check_and_split``)."""
-    with tempfile.TemporaryFile(dir=git_dir) as tracked, tempfile.TemporaryFile(dir=git_dir) as new, \
-            tempfile.TemporaryFile(dir=git_dir) as sorted_out, tempfile.TemporaryFile(dir=git_dir) as to_stage, \
-            tempfile.TemporaryFile(dir=git_dir) as to_remove:
+    with _list_file(git_dir) as tracked, _list_file(git_dir) as new, _list_file(git_dir) as sorted_out, \
+            _list_file(git_dir) as to_stage, _list_file(git_dir) as to_remove:
         changed = staged = 0
         kept: list[BinaryIO] = []
-        for listing, (count, suspect) in zip((tracked, new), _changed_paths(repo, tracked, new, hygiene.needles(extra))):
+        for listing, (count, suspect) in zip((tracked, new), _changed_paths(git, tracked, new, hygiene.needles(extra))):
             changed += count
             if not count:
                 continue
             if suspect:  # sorted one list at a time: a sorting index cannot hold a path and one under it
                 start = sorted_out.tell()
-                staged += _sort_out_artefacts(repo, git_dir, listing, sorted_out, extra)
+                staged += _sort_out_artefacts(git, git_dir, listing, sorted_out, extra)
                 kept.append(_Slice(sorted_out, start))
             else:  # none of them can be an artefact: all are the patch's
                 staged += count
@@ -418,7 +435,7 @@ def _stage_changes(repo: Repo, git_dir: Path, work_tree: Path, extra: Sequence[s
         type_changed = False
         if staged:
             type_changed = _check_and_split(work_tree, kept, to_stage, to_remove)
-            _stage(repo, to_stage, to_remove)
+            _stage(git, to_stage, to_remove)
         return changed - staged, staged, type_changed
 
 
@@ -430,21 +447,21 @@ def export_patch(ctx: JobContext, baseline_commit: str) -> PatchResult:
     changed paths sorted by git's pathspecs, the kept ones staged, one diff.
     """
     git_dir, work_tree = ctx.job.baseline_git_dir, ctx.job.buggy_source
-    repo = open_baseline(git_dir, work_tree)
+    git = baseline_git(git_dir, work_tree)
     index = git_dir / _PATCH_INDEX
-    shutil.copy2(git_dir / "index", index)
+    _index_copy(git_dir / "index", index)
     try:
-        with repo.git.custom_environment(GIT_INDEX_FILE=str(index)):
+        with git.custom_environment(GIT_INDEX_FILE=str(index)):
             staged = 0
             for _pass in range(_MOST_PASSES):
-                left_out, staged_now, type_changed = _stage_changes(repo, git_dir, work_tree, ctx.settings.patch_exclude)
+                left_out, staged_now, type_changed = _stage_changes(git, git_dir, work_tree, ctx.settings.patch_exclude)
                 staged += staged_now
                 if not type_changed:
                     break
             if not staged:  # nothing but artefacts changed, or nothing at all: the diff would be empty
                 raise PhaseError("patch", "empty_patch",
                                  "the agent changed nothing: the diff against the baseline is empty")
-            sha256, size, counts = _stream_diff(repo, baseline_commit, ctx.job.patch)
+            sha256, size, counts = _stream_diff(git, baseline_commit, ctx.job.patch)
     finally:
         index.unlink(missing_ok=True)
     if not size:
