@@ -313,12 +313,14 @@ class Marker(BaseModel, Generic[R]):
 
 # Each phase's marker model, made once and held: pydantic keeps a parametrized generic only
 # weakly, so ``Marker[...]`` asked for afresh rebuilt the whole model class, again and again
-# (about 10 ms of every task's CPU, in a process forked before any was made).
-_MARKER_TYPES: dict[Phase, type[Marker[Any]]] = {
-    phase: Marker[result] for phase, result in RESULTS.items()  # type: ignore[valid-type]
-}
+# (about 10 ms of every task's CPU). Made when first asked for, not at import (every command
+# imports this module); a fork server makes them all before it forks.
+_MARKER_TYPES: dict[Phase, type[Marker[Any]]] = {}
 
 
 def marker_type(phase: Phase) -> type[Marker[Any]]:
     """The marker model whose ``details`` is ``phase``'s result."""
-    return _MARKER_TYPES[phase]
+    model = _MARKER_TYPES.get(phase)
+    if model is None:
+        model = _MARKER_TYPES[phase] = Marker[RESULTS[phase]]  # type: ignore[valid-type]
+    return model

@@ -66,10 +66,15 @@ def wanted(environ: dict[str, str] | os._Environ = os.environ) -> bool:
 
 
 def _preload() -> None:
-    """What every task imports, once, before any fork (a lazy import in a phase counts too)."""
+    """What every task imports, once, before any fork (a lazy import in a phase counts too), and
+    the marker models every task builds."""
     import runner.patch_sets  # noqa: F401
     import runner.score_patches  # noqa: F401
     import runner.tasks.process  # noqa: F401  (the pipeline, its phases, docker, git, pydantic)
+    from reducers.models import RESULTS, marker_type
+
+    for phase in RESULTS:
+        marker_type(phase)
 
 
 def _child(control: socket.socket, wakeup: tuple[int, int], fds: list[int], environment: dict[str, str]) -> None:
