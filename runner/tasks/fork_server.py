@@ -47,6 +47,7 @@ from typing import Any, BinaryIO
 import structlog
 
 from runner.containment.parent_death import BATCH_PARENT_ENV
+from runner.tasks.protocol import task_environment
 
 log = structlog.get_logger(__name__)
 
@@ -256,8 +257,6 @@ class ForkServer:
             if fork_here and threading.active_count() == 1:
                 self._process: subprocess.Popen | _ServerProcess = _fork_server_here(ours, theirs)
             else:  # a fork now could copy another thread's lock held: a fresh interpreter instead
-                from runner.tasks.supervisor import task_environment
-
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", "runner", "fork-server", f"--control-fd={theirs.fileno()}"],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import re
 import uuid
 from pathlib import Path
@@ -30,7 +31,7 @@ from reducers.compact import BenchmarkRun
 from reducers.models import Frozen, Phase, ReduceResult
 from runner.agents import DEFAULT_AGENT
 from runner.errors import ExitCode, MessageError
-from runner.settings import HostPath
+from runner.settings import TASK_ENV, HostPath
 from runner.tags import MAX_ATTEMPTS
 from runner.tasks.spec import HostSettings, TaskSpec
 
@@ -271,3 +272,9 @@ def parse_any_message(payload: Any) -> TaskMessage | EvalMessage:
         raise MessageError("malformed evaluation message: " + _problems(e)) from None
     message.patch_bytes()
     return message
+
+
+def task_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    """The environment a task process (cold or forked) is given: the supervisor's, without the
+    variables that name one task (those come in the request)."""
+    return {key: value for key, value in environ.items() if key not in TASK_ENV}

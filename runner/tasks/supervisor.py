@@ -37,9 +37,8 @@ from pydantic import ValidationError
 
 from runner.containment.parent_death import BATCH_PARENT_ENV
 from runner.lock import LOCK_NAME
-from runner.settings import TASK_ENV
 from runner.tasks import fork_server
-from runner.tasks.protocol import PhaseStarted, TaskEvent, TaskOutcome, TaskRequest
+from runner.tasks.protocol import PhaseStarted, TaskEvent, TaskOutcome, TaskRequest, task_environment
 
 log = structlog.get_logger(__name__)
 
@@ -115,10 +114,6 @@ class TaskProcesses:
             if self.idle():
                 return
             time.sleep(every)
-
-
-def task_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
-    return {key: value for key, value in environ.items() if key not in TASK_ENV}
 
 
 def _wait_for_stale_lock(job_root: Path, timeout: float = STALE_LOCK_WAIT) -> None:

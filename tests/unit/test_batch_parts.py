@@ -14,7 +14,8 @@ from runner.ledger import LedgerRow, RunLedger
 from runner.tags import read_tags_file, unique_tags
 from runner.tasks.protocol import TaskOutcome, TaskRequest
 from runner.tasks.spec import read_operator, resolve
-from runner.tasks.supervisor import TaskEnd, task_environment
+from runner.tasks.protocol import task_environment
+from runner.tasks.supervisor import TaskEnd
 
 
 def test_tags_file_comments_and_blanks(tmp_path: Path) -> None:

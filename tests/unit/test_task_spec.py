@@ -118,7 +118,7 @@ def test_one_table_names_every_settings_variable() -> None:
     """The operator's input reads exactly the variables ENV_OF_FIELD names; the lists a task, the
     canary and the tests' children are kept from derive from it, so none can drift."""
     from runner.settings import ENV_OF_FIELD, REFERENCE_ENV, TASK_ENV
-    from runner.tasks.supervisor import task_environment
+    from runner.tasks.protocol import task_environment
 
     assert set(SAMPLE) == set(ENV_OF_FIELD.values())
     settings = read_operator({}, environ=SAMPLE).settings()
