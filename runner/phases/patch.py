@@ -288,14 +288,16 @@ def _changed_paths(git: Git, tracked: BinaryIO, new: BinaryIO, needles: list[byt
     of ``runner.hygiene.needles``). Neither list holds a path and one under it; the two together may."""
     started = [git.execute(["git", *argv], as_process=True)
                for argv in (("diff-files", "--name-only", "-z"), ("ls-files", "-z", "--others", "--exclude-standard"))]
+    # Any needle anywhere in a name: one search in C per name (they hold no NUL and no newline).
+    any_needle = None if needles is None else re.compile(b"|".join(re.escape(needle) for needle in needles))
     found = []
     try:
         for process, listing in zip(started, (tracked, new)):
-            count, suspect = 0, needles is None
+            count, suspect = 0, any_needle is None
             for name in _names_of(process):
                 listing.write(name + b"\0")
                 count += 1
-                suspect = suspect or any(needle in name for needle in needles)
+                suspect = suspect or any_needle.search(name) is not None
             listing.flush()
             found.append((count, suspect))
     finally:
@@ -330,15 +332,19 @@ def _sort_out_artefacts(git: Git, git_dir: Path, listing: BinaryIO, kept: Binary
         index.unlink(missing_ok=True)
 
 
-def _under_real_directories(path: Path, work_tree: Path, real_dirs: set[Path]) -> bool:
-    """Is every leading directory of ``path`` a directory still, not a file or a symlink now?
-    (``real_dirs``: those seen to be, so each is looked at once.)"""
-    for parent in path.parents:
-        if parent in real_dirs or len(parent.parts) < len(work_tree.parts):
-            return True
-        if os.path.islink(parent) or not os.path.isdir(parent):
+def _under_real_directories(name: bytes, root: bytes, real_dirs: set[bytes]) -> bool:
+    """Is every leading directory of ``name`` (a path under ``root``, which ends in ``/``) a directory
+    still, not a file or a symlink now? (``real_dirs``: those seen to be, so each is looked at once.)"""
+    unseen = []
+    parent = name.rpartition(b"/")[0]
+    while parent not in real_dirs:
+        unseen.append(parent)
+        parent = parent.rpartition(b"/")[0]
+    for directory in reversed(unseen):  # from the top down: the first that is no more decides
+        path = root + directory
+        if os.path.islink(path) or not os.path.isdir(path):
             return False
-        real_dirs.add(parent)
+        real_dirs.add(directory)
     return True
 
 
@@ -372,10 +378,10 @@ def _check_and_split(work_tree: Path, kept: list[_Slice], to_stage: BinaryIO, to
 
     Raises: PhaseError ``patch_too_large`` when a file is past FILE_MAX_BYTES.
     """
-    over, type_changed, real_dirs = 0, False, {work_tree}
+    over, type_changed, real_dirs, root = 0, False, {b""}, os.fsencode(work_tree) + b"/"
     for name in (name.rstrip(b"/") for part in kept for name in part.names()):  # an embedded repository's dir/
-        path = work_tree / os.fsdecode(name)
-        if not _under_real_directories(path, work_tree, real_dirs):  # the path is no more: its entry goes
+        path = root + name
+        if not _under_real_directories(name, root, real_dirs):  # the path is no more: its entry goes
             to_remove.write(name + b"\0")
             type_changed = True
             continue
@@ -385,7 +391,7 @@ def _check_and_split(work_tree: Path, kept: list[_Slice], to_stage: BinaryIO, to
             to_stage.write(name + b"\0")
             continue
         over += stat.S_ISREG(status.st_mode) and status.st_size > FILE_MAX_BYTES
-        plain_dir = stat.S_ISDIR(status.st_mode) and not os.path.lexists(path / ".git")
+        plain_dir = stat.S_ISDIR(status.st_mode) and not os.path.lexists(path + b"/.git")
         type_changed = type_changed or plain_dir
         (to_remove if plain_dir else to_stage).write(name + b"\0")
     if over:

@@ -206,7 +206,8 @@ def test_the_patch_is_what_git_add_all_with_the_hygiene_pathspecs_would_stage(tm
                        "dir_goes/inner.py": "z\n", "old.pyc": "tracked bytecode\n", "link_target.py": "t\n",
                        "docs/keep.tmp": "tracked tmp\n", "tests/test_x.py": "def test(): pass\n",
                        "spaced name.py": "s\n", "ünï/côde.py": "u\n", "build/out.txt": "tracked build\n",
-                       "symdir/inner.py": "s\n"}.items():
+                       "symdir/inner.py": "s\n", "nest/sub/one.py": "1\n", "nest/sub/two.py": "2\n",
+                       "elsewhere/sub/one.py": "1\n", "elsewhere/sub/two.py": "2\n"}.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
     (source / "link").symlink_to("link_target.py")
@@ -238,6 +239,8 @@ def test_the_patch_is_what_git_add_all_with_the_hygiene_pathspecs_would_stage(tm
 
     shutil.rmtree(source / "symdir")
     (source / "symdir").symlink_to("pkg")  # a tracked directory become a symlink to one
+    shutil.rmtree(source / "nest")  # and one deeper: nest/sub/ still looks like a directory, through the link
+    (source / "nest").symlink_to("elsewhere")
     _embedded_repository(source / "vendored")  # a gitlink, as git add --all makes it
     expected_patch, expected_left_out = _stage_the_plain_way(ctx, commit, extra)
     result = export_patch(ctx, commit)
