@@ -240,8 +240,13 @@ def _split_nul(chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def _names_of(process) -> Iterator[bytes]:  # a GitPython AutoInterrupt
+    return _split_nul(_chunks_of(process))
+
+
+def _chunks_of(process) -> Iterator[bytes]:  # a GitPython AutoInterrupt
+    """A git's output as it comes; its failure raised once it has ended (GitCommandError)."""
     try:
-        yield from _split_nul(iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b""))
+        yield from iter(lambda: process.proc.stdout.read(STREAM_CHUNK), b"")
         process.wait()
     finally:
         if process.proc is not None and process.proc.poll() is None:
@@ -288,17 +293,10 @@ def _changed_paths(git: Git, tracked: BinaryIO, new: BinaryIO, needles: list[byt
     of ``runner.hygiene.needles``). Neither list holds a path and one under it; the two together may."""
     started = [git.execute(["git", *argv], as_process=True)
                for argv in (("diff-files", "--name-only", "-z"), ("ls-files", "-z", "--others", "--exclude-standard"))]
-    # Any needle anywhere in a name: one search in C per name (they hold no NUL and no newline).
-    any_needle = None if needles is None else re.compile(b"|".join(re.escape(needle) for needle in needles))
     found = []
     try:
         for process, listing in zip(started, (tracked, new)):
-            count, suspect = 0, any_needle is None
-            for name in _names_of(process):
-                listing.write(name + b"\0")
-                count += 1
-                suspect = suspect or any_needle.search(name) is not None
-            listing.flush()
+            count, suspect = _copy_listing(_chunks_of(process), listing, needles)
             found.append((count, suspect))
     finally:
         for process in started:  # the other one, when reading the first failed
@@ -306,6 +304,27 @@ def _changed_paths(git: Git, tracked: BinaryIO, new: BinaryIO, needles: list[byt
                 process.proc.kill()
                 process.proc.wait()
     return found
+
+
+def _copy_listing(chunks: Iterator[bytes], listing: BinaryIO, needles: list[bytes] | None) -> tuple[int, bool]:
+    """A git ``-z`` listing copied into ``listing`` a chunk at a time; returns how many names it
+    holds and whether any may be an artefact. The names are NUL-separated and no needle holds a
+    NUL, so a needle in the chunks (with the end of the chunk before) is a needle in a name."""
+    count, suspect, carried, ends_whole = 0, needles is None, b"", True
+    keep = max(map(len, needles or ()), default=1) - 1  # what a needle cut between chunks needs
+    for chunk in chunks:
+        listing.write(chunk)
+        count += chunk.count(b"\0")
+        ends_whole = chunk.endswith(b"\0")
+        if not suspect:
+            window = carried + chunk
+            suspect = any(needle in window for needle in needles)
+            carried = window[len(window) - keep:]
+    if not ends_whole:  # a last name without its NUL
+        listing.write(b"\0")
+        count += 1
+    listing.flush()
+    return count, suspect
 
 
 def _sort_out_artefacts(git: Git, git_dir: Path, listing: BinaryIO, kept: BinaryIO, extra: Sequence[str]) -> int:

@@ -314,3 +314,25 @@ def test_the_patch_counter_counts_the_same_however_the_stream_is_cut() -> None:
             counter.feed(text[at:at + size])
             at += size
         assert counter.close() == _count_line_by_line(text)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
+def test_a_listing_read_in_chunks_finds_an_artefact_name_cut_between_them(size: int) -> None:
+    """Whatever the size of the chunks git's listing arrives in, every name is copied and counted
+    once, and a needle cut between two chunks is still found (and one across two names is not)."""
+    import io
+
+    from runner.phases.patch import _copy_listing
+
+    def chunks(data: bytes):
+        return (data[i:i + size] for i in range(0, len(data), size))
+
+    with_artefact = b"src/a.py\0pkg/__pycache__/m.pyc\0docs/x.md\0"
+    across_names = b"src/__pyc\0ache__.txt\0"  # the needle's text only across the NUL between two names
+    for data, suspect in ((with_artefact, True), (across_names, False), (b"", False)):
+        listing = io.BytesIO()
+        assert _copy_listing(chunks(data), listing, [b"__pycache__", b".pyc"]) == (data.count(b"\0"), suspect)
+        assert listing.getvalue() == data
+    listing = io.BytesIO()
+    assert _copy_listing(chunks(b"one\0two"), listing, None) == (2, True)  # no needles: anything may be one
+    assert listing.getvalue() == b"one\0two\0"
