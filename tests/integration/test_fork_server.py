@@ -209,6 +209,7 @@ def test_a_server_forked_from_its_supervisor_holds_none_of_its_descriptors(tmp_p
         with TaskStarter(warm=True, fork_here=True) as starter:
             server = _server_pid(starter)
             assert "fork-server" not in _server_cmdline(server)  # forked: this process's imports, no new interpreter
+            assert starter._server is not None and starter._server._ready.wait(60)  # its descriptors closed by now
             targets = [os.readlink(f"/proc/{server}/fd/{fd}") for fd in os.listdir(f"/proc/{server}/fd")]
             assert not [t for t in targets if str(tmp_path) in t], targets
             os.close(held)  # the batch lets its lock go: nobody else holds it, though the server lives on
